@@ -1,0 +1,91 @@
+"""spark_differential: differential dataflow for PySpark.
+
+A *collection* is a Spark DataFrame of updates ``(data…, time, diff)``: every
+column other than ``time`` and ``diff`` is data, and the collection at time ``s``
+is the multiset of all updates with ``time <= s``.  Importing this package adds
+``dd_*`` methods (and ``differentiate`` / ``integrate``) to DataFrames; each is
+also a plain function taking the DataFrame first, usable with ``df.transform``.
+
+>>> import spark_differential as sd
+>>> spark = sd.session()
+>>> edges = spark.createDataFrame([(1, 2, 0, 1)], "src long, dst long, time long, diff long")
+>>> edges.dd_count("src").select("src", "count", "time", "diff").collect()
+[Row(src=1, count=1, time=0, diff=1)]
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .collection import collection, dd_as_of, from_snapshots, from_upserts
+from .errors import (
+    IterationLimitExceeded,
+    SparkDifferentialError,
+)
+from .operators.consolidate import dd_consolidate
+from .operators.join import dd_antijoin, dd_join, dd_semijoin
+from .operators.linear import dd_concat, dd_negate
+from .operators.reduce import dd_count, dd_distinct, dd_max, dd_min, dd_reduce, dd_sum, dd_threshold
+from .registration import register
+from .session import session
+
+__version__ = "0.1.0"
+
+
+def _not_built(capability: str):  # type: ignore[no-untyped-def]
+    def fn(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise NotImplementedError(f"spark_differential: {capability} is not built yet")
+
+    return fn
+
+
+try:  # capabilities land module by module
+    from .iterate import dd_iterate
+except ImportError:  # pragma: no cover
+    dd_iterate = _not_built("dd_iterate (differential iteration)")
+try:
+    from .calculus import dd_asof_join, dd_delay, differentiate, integrate
+except ImportError:  # pragma: no cover
+    differentiate = _not_built("differentiate (seed 003 calculus)")
+    integrate = _not_built("integrate (seed 003 calculus)")
+    dd_asof_join = _not_built("dd_asof_join (as-of joins)")
+    dd_delay = _not_built("dd_delay (moving a collection to neu)")
+try:
+    from .operators.arrange import dd_arrange
+except ImportError:  # pragma: no cover
+    dd_arrange = _not_built("dd_arrange (shared arrangements)")
+
+METHODS = {
+    "dd_consolidate": dd_consolidate,
+    "dd_as_of": dd_as_of,
+    "dd_negate": dd_negate,
+    "dd_concat": dd_concat,
+    "dd_join": dd_join,
+    "dd_semijoin": dd_semijoin,
+    "dd_antijoin": dd_antijoin,
+    "dd_reduce": dd_reduce,
+    "dd_count": dd_count,
+    "dd_sum": dd_sum,
+    "dd_min": dd_min,
+    "dd_max": dd_max,
+    "dd_distinct": dd_distinct,
+    "dd_threshold": dd_threshold,
+    "dd_iterate": dd_iterate,
+    "differentiate": differentiate,
+    "integrate": integrate,
+    "dd_asof_join": dd_asof_join,
+    "dd_delay": dd_delay,
+    "dd_arrange": dd_arrange,
+}
+
+register(METHODS)
+
+__all__ = [
+    "IterationLimitExceeded",
+    "SparkDifferentialError",
+    "collection",
+    "errors",
+    "from_snapshots",
+    "from_upserts",
+    "session",
+    *METHODS,
+]

@@ -1,0 +1,100 @@
+"""The exception hierarchy of spark_differential.
+
+Every error the library raises on purpose is a :class:`SparkDifferentialError`.
+Errors about the *shape* of an input (missing ``time``/``diff``, wrong column
+types, mismatched time types) are raised while the operator is being built, before
+any Spark job runs.  Errors that can only be seen in the data (a null time, a user
+function raising for one key) are raised from inside the job with a message that
+names the operator and, where there is one, the offending key.
+"""
+
+from __future__ import annotations
+
+
+class SparkDifferentialError(Exception):
+    """Base class of every error raised by spark_differential."""
+
+
+class CollectionError(SparkDifferentialError, ValueError):
+    """A DataFrame is not a valid collection of updates ``(data…, time, diff)``."""
+
+
+class MissingColumnError(CollectionError):
+    """A required column (``time``, ``diff``, a key column…) is absent."""
+
+
+class TimeTypeError(CollectionError, TypeError):
+    """The ``time`` column has a type that is not a supported lattice."""
+
+
+class DiffTypeError(CollectionError, TypeError):
+    """The ``diff`` column is not of an integral type."""
+
+
+class NullValueError(CollectionError):
+    """A ``time`` or ``diff`` value is null."""
+
+
+class TimeTypeMismatchError(SparkDifferentialError, TypeError):
+    """Two collections combined by one operator have different time types."""
+
+
+class SchemaMismatchError(SparkDifferentialError, ValueError):
+    """Collections combined by one operator have incompatible data columns."""
+
+
+class ReservedNameError(CollectionError):
+    """A column uses the reserved ``_sd_`` prefix."""
+
+
+class FrontierError(SparkDifferentialError, ValueError):
+    """A frontier or time value does not fit the collection's time type."""
+
+
+class UserFunctionError(SparkDifferentialError, RuntimeError):
+    """A user-supplied function (``dd_reduce`` ``func``, ``dd_threshold``…) failed."""
+
+
+class OutputSchemaError(UserFunctionError):
+    """A user-supplied function returned rows that do not match the declared schema."""
+
+
+class IterationError(SparkDifferentialError, RuntimeError):
+    """``dd_iterate`` was used in a way it cannot support."""
+
+
+class IterationLimitExceeded(IterationError):
+    """``dd_iterate`` did not reach a fixed point within ``max_iterations``."""
+
+    def __init__(self, message: str, *, iterations: int, changing: int) -> None:
+        super().__init__(message)
+        self.iterations = iterations
+        self.changing = changing
+
+
+class SqlError(SparkDifferentialError, ValueError):
+    """A SQL query given to :func:`spark_differential.sql` is malformed or unsupported."""
+
+
+class EnvironmentError_(SparkDifferentialError, RuntimeError):
+    """The environment cannot run Spark (for example, no Java)."""
+
+
+__all__ = [
+    "CollectionError",
+    "DiffTypeError",
+    "EnvironmentError_",
+    "FrontierError",
+    "IterationError",
+    "IterationLimitExceeded",
+    "MissingColumnError",
+    "NullValueError",
+    "OutputSchemaError",
+    "ReservedNameError",
+    "SchemaMismatchError",
+    "SparkDifferentialError",
+    "SqlError",
+    "TimeTypeError",
+    "TimeTypeMismatchError",
+    "UserFunctionError",
+]

@@ -1,0 +1,202 @@
+"""Running kernels inside Spark.
+
+A stateful operator on collections becomes: encode each input's ``time`` into int64
+leaves and rename columns to the kernels' positional names, hash the key columns
+into a fixed number of *buckets*, ``groupBy(bucket).applyInArrow`` (one input) or
+``cogroup(...).applyInArrow`` (two inputs) so that every kernel call sees all
+updates of many keys, then rename back and decode the time.  Nothing is collected
+to the driver and no state lives in the UDF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .collection import DIFF, TIME, CollectionSchema, null_guard
+from .errors import SchemaMismatchError
+from .kernels.common import D, NEW, conform, keys, names, times
+from .lattice import TimeType
+
+BUCKET = "_sd_b"
+_INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
+_FRACTIONAL = (T.FloatType, T.DoubleType)
+
+
+@dataclass
+class Input:
+    """One collection handed to a kernel."""
+
+    df: DataFrame
+    cs: CollectionSchema
+    keys: list[str]
+    data: list[str]
+    prefix: str = "_a"
+    ttype: TimeType | None = None  # defaults to cs.ttype
+    time_col: Column | None = None  # defaults to F.col("time")
+    new: Column | None = None  # defaults to lit(True)
+    key_casts: dict[str, T.DataType] = field(default_factory=dict)
+    hash_cols: list[str] | None = None  # defaults to keys: what decides the bucket
+
+    @property
+    def time_type(self) -> TimeType:
+        return self.ttype or self.cs.ttype
+
+
+def key_casts(op: str, a: CollectionSchema, b: CollectionSchema, on: Sequence[str], b_on: Sequence[str] | None = None) -> tuple[dict[str, T.DataType], dict[str, T.DataType]]:
+    """Casts making the key columns of two inputs hash and compare identically."""
+    b_on = list(b_on or on)
+    ca: dict[str, T.DataType] = {}
+    cb: dict[str, T.DataType] = {}
+    for ka, kb in zip(on, b_on):
+        ta, tb = a.field(ka).dataType, b.field(kb).dataType
+        if ta == tb:
+            continue
+        if isinstance(ta, _INTEGRAL) and isinstance(tb, _INTEGRAL):
+            ca[ka], cb[kb] = T.LongType(), T.LongType()
+        elif isinstance(ta, (*_INTEGRAL, *_FRACTIONAL)) and isinstance(tb, (*_INTEGRAL, *_FRACTIONAL)):
+            ca[ka], cb[kb] = T.DoubleType(), T.DoubleType()
+        else:
+            raise SchemaMismatchError(
+                f"{op}: key column `{ka}` is {ta.simpleString()} on one side and `{kb}` is "
+                f"{tb.simpleString()} on the other; cast them to the same type first"
+            )
+    return ca, cb
+
+
+def buckets(spark: Any) -> int:
+    """How many key buckets a stateful operator spreads its input over."""
+    try:
+        parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    except Exception:  # pragma: no cover - defensive
+        parts = 8
+    try:
+        factor = int(spark.conf.get("spark_differential.buckets_per_partition", "2"))
+    except Exception:  # pragma: no cover
+        factor = 2
+    return max(1, parts * factor)
+
+
+def prepare(inp: Input, nbuckets: int) -> DataFrame:
+    """Rename to kernel names, encode the time, add the bucket column."""
+    tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
+    leaves = inp.time_type.encode_column(tcol)
+    tnames = times(inp.time_type.width)
+    guarded = [null_guard(leaf, [leaf], "time") for leaf in leaves]
+    kcols = [F.col(k).cast(inp.key_casts[k]) if k in inp.key_casts else F.col(k) for k in inp.keys]
+    knames = keys(len(inp.keys))
+    dnames = names(inp.prefix, len(inp.data))
+    hcols = kcols if inp.hash_cols is None else [F.col(c) for c in inp.hash_cols]
+    bucket = F.pmod(F.xxhash64(*hcols), F.lit(nbuckets)).cast("int") if hcols else F.lit(0)
+    new = inp.new if inp.new is not None else F.lit(True)
+    return inp.df.select(
+        bucket.alias(BUCKET),
+        *[c.alias(n) for c, n in zip(kcols, knames)],
+        *[F.col(c).alias(n) for c, n in zip(inp.data, dnames)],
+        *[c.alias(n) for c, n in zip(guarded, tnames)],
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff").alias(D),
+        new.alias(NEW),
+    )
+
+
+def kernel_fields(inp: Input, with_keys: bool = True) -> list[T.StructField]:
+    """Spark fields of a prepared input's key and data columns, under kernel names."""
+    out: list[T.StructField] = []
+    if with_keys:
+        for k, n in zip(inp.keys, keys(len(inp.keys))):
+            out.append(T.StructField(n, inp.key_casts.get(k, inp.cs.field(k).dataType), True))
+    for c, n in zip(inp.data, names(inp.prefix, len(inp.data))):
+        out.append(T.StructField(n, inp.cs.field(c).dataType, True))
+    return out
+
+
+def time_fields(ttype: TimeType) -> list[T.StructField]:
+    return [T.StructField(n, T.LongType(), False) for n in times(ttype.width)] + [T.StructField(D, T.LongType(), False)]
+
+
+def _arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    except Exception:  # pragma: no cover
+        large = False
+    try:
+        return to_arrow_schema(schema, timezone="UTC", prefers_large_types=large)
+    except TypeError:  # pragma: no cover - older signatures
+        return to_arrow_schema(schema)
+
+
+def _call(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, *tables: pa.Table) -> pa.Table:
+    clean = [t.drop_columns([BUCKET]) if BUCKET in t.column_names else t for t in tables]
+    return conform(kernel(params, *clean), schema)
+
+
+def _unary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> Callable[[pa.Table], pa.Table]:
+    # plain closures of the right arity: Spark reads the arity of grouped-map functions
+    def fn(table: pa.Table) -> pa.Table:
+        return _call(kernel, params, schema, table)
+
+    return fn
+
+
+def _binary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> Callable[[pa.Table, pa.Table], pa.Table]:
+    def fn(left: pa.Table, right: pa.Table) -> pa.Table:
+        return _call(kernel, params, schema, left, right)
+
+    return fn
+
+
+def run(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    inputs: Sequence[Input],
+    out_schema: T.StructType,
+) -> DataFrame:
+    """Run ``kernel(params, *tables)`` per bucket over one or two inputs."""
+    spark = inputs[0].df.sparkSession
+    nb = buckets(spark)
+    prepared = [prepare(i, nb) for i in inputs]
+    schema = _arrow_schema(spark, out_schema)
+    if len(prepared) == 1:
+        return prepared[0].groupBy(BUCKET).applyInArrow(_unary(kernel, params, schema), out_schema)
+    if len(prepared) == 2:
+        a, b = prepared
+        return a.groupBy(BUCKET).cogroup(b.groupBy(BUCKET)).applyInArrow(_binary(kernel, params, schema), out_schema)
+    raise ValueError("kernels take one or two inputs")  # pragma: no cover
+
+
+def finish(out: DataFrame, columns: Sequence[tuple[str, str]], ttype: TimeType) -> DataFrame:
+    """Kernel output (internal names) back to a user-facing collection."""
+    leaves = [F.col(n) for n in times(ttype.width)]
+    return out.select(
+        *[F.col(internal).alias(user) for internal, user in columns],
+        ttype.decode_columns(leaves).alias(TIME),
+        F.col(D).alias(DIFF),
+    )
+
+
+def execute(
+    op: str,
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    inputs: Sequence[Input],
+    in_loop: Sequence[bool],
+    out_fields: Sequence[T.StructField],
+    out_columns: Sequence[tuple[str, str]],
+    kernel_type: TimeType,
+) -> DataFrame:
+    """Run a stateful operator: directly, or through the enclosing ``dd_iterate``."""
+    if any(in_loop):
+        from .iterate import stateful_in_loop
+
+        return stateful_in_loop(op, kernel, params, inputs, in_loop, out_fields, out_columns, kernel_type)
+    schema = T.StructType([*out_fields, *time_fields(kernel_type)])
+    out = run(kernel, params, inputs, schema)
+    return finish(out, out_columns, kernel_type)

@@ -1,0 +1,99 @@
+"""DuckDB inside the kernels: one connection per Python worker, SQL from ``sql/``.
+
+Kernels are plain functions over Arrow tables.  They register their inputs with a
+process-wide DuckDB connection (created on first use, reused for every group the
+worker processes), run SQL templates stored in the top-level ``sql/`` directory
+(shipped as the ``spark_differential._sql`` package), and hand Arrow back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from importlib import resources
+from string import Template
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+_CON: duckdb.DuckDBPyConnection | None = None
+_PID: int | None = None
+_LOCK = threading.Lock()
+_NAMES = itertools.count()
+
+
+def connection() -> duckdb.DuckDBPyConnection:
+    """The worker's DuckDB connection (one per process; recreated after a fork)."""
+    global _CON, _PID
+    with _LOCK:
+        if _CON is None or _PID != os.getpid():
+            threads = int(os.environ.get("SD_DUCKDB_THREADS", "1"))
+            mem = os.environ.get("SD_DUCKDB_MEMORY", "2GB")
+            _CON = duckdb.connect(config={"threads": threads, "memory_limit": mem})
+            _PID = os.getpid()
+        return _CON
+
+
+def quote(name: str) -> str:
+    """A SQL identifier for a column name."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def cols(names: Sequence[str], prefix: str = "") -> str:
+    """A comma-separated list of (optionally qualified) quoted column names."""
+    p = f"{prefix}." if prefix else ""
+    return ", ".join(p + quote(n) for n in names)
+
+
+@lru_cache(maxsize=None)
+def _template(name: str) -> Template:
+    text = resources.files("spark_differential._sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    # drop comment lines so templates can document themselves
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return Template(body)
+
+
+def render(name: str, **params: str) -> str:
+    """Fill the SQL template ``sql/<name>.sql`` (``$placeholders``)."""
+    return _template(name).substitute(**params)
+
+
+def to_arrow(rel: Any) -> pa.Table:
+    if hasattr(rel, "to_arrow_table"):
+        return rel.to_arrow_table()
+    return rel.fetch_arrow_table()  # pragma: no cover - older duckdb
+
+
+@contextmanager
+def registered(tables: Mapping[str, pa.Table]) -> Iterator[dict[str, str]]:
+    """Register Arrow tables under fresh unique names; yields ``{alias: sql_name}``."""
+    con = connection()
+    names = {alias: f"_sd_in_{alias}_{next(_NAMES)}" for alias in tables}
+    try:
+        for alias, tbl in tables.items():
+            con.register(names[alias], tbl)
+        yield names
+    finally:
+        for n in names.values():
+            try:
+                con.unregister(n)
+            except Exception:  # pragma: no cover - best effort
+                pass
+
+
+def query(sql: str, tables: Mapping[str, pa.Table] | None = None, **params: str) -> pa.Table:
+    """Run ``sql`` (``$alias`` placeholders name the registered ``tables``)."""
+    con = connection()
+    with registered(tables or {}) as names:
+        text = Template(sql).substitute(**{**params, **names})
+        return to_arrow(con.sql(text))
+
+
+def run(template: str, tables: Mapping[str, pa.Table] | None = None, **params: str) -> pa.Table:
+    """Render ``sql/<template>.sql`` with ``params`` and run it over ``tables``."""
+    return query(render(template, **{k: "$" + k for k in (tables or {})}, **params), tables)

@@ -1,0 +1,425 @@
+"""Reduction kernels: ``dd_reduce``, ``dd_count``, ``dd_sum``, ``dd_min``, ``dd_max``,
+``dd_threshold`` and ``dd_distinct`` over one bucket of keys.
+
+On ``(data, time, diff)``: for every key and every time ``s``, the output
+accumulates to ``F(rows of the key in acc(input, s) with positive multiplicity)``
+(``dd_threshold`` instead maps each row's nonzero multiplicity ``m`` to
+``func(m)``).  For totally ordered times each key's history is scanned once in
+time order: the key's input can only change at its own update times, the output
+is evaluated there (snapshots), and each snapshot holds until the key's next
+time.  Partially ordered times go through :mod:`.generic` (lub closure).  Inside
+an iteration the kernel returns ``F(trace + new) − F(trace)`` for keys with new
+updates only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import OutputSchemaError, UserFunctionError
+from ..lattice import TimeType
+from . import duck, generic
+from .common import NEW, csv, key_eq, keys, names, nexts, times, window
+from .join import stab_sql
+
+
+@dataclass(frozen=True)
+class ReduceParams:
+    nkeys: int
+    ndata: int
+    ttype: TimeType
+    agg: str  # "count" | "sum" | "min" | "max" | "func"
+    out_types: tuple[pa.DataType, ...] = ()
+    exact_sum: bool = True
+    func: Callable[..., Any] | None = field(default=None, compare=False)
+    key_names: tuple[str, ...] = ()
+    data_names: tuple[str, ...] = ()
+    out_names: tuple[str, ...] = ()
+    op: str = "dd_reduce"
+
+
+@dataclass(frozen=True)
+class ThresholdParams:
+    ndata: int
+    ttype: TimeType
+    func: Callable[[int], int] | None = field(default=None, compare=False)  # None: distinct
+    op: str = "dd_threshold"
+
+
+# ---------------------------------------------------------------------------------
+# helpers
+
+
+def _split_new(X: pa.Table, nkeys: int) -> tuple[pa.Table, pa.Table | None]:
+    """(rows of touched keys, old rows of touched keys or None when nothing is old)."""
+    new = X.column(NEW)
+    if len(new) == 0 or pc.all(new).as_py():
+        return X, None
+    k = keys(nkeys)
+    sql = (
+        f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {csv(k)} FROM $X WHERE {NEW}) AS n ON {key_eq(k, 'x', 'n')}"
+        if k
+        else f"SELECT * FROM $X WHERE (SELECT bool_or({NEW}) FROM $X)"
+    )
+    touched = duck.query(sql, {"X": X})
+    old = touched.filter(pc.invert(touched.column(NEW)))
+    return touched, old
+
+
+def _subtract(all_: pa.Table, old: pa.Table | None, cols: Sequence[str]) -> pa.Table:
+    if old is None or old.num_rows == 0:
+        return all_
+    sql = (
+        f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM (SELECT {csv(cols)}, _d FROM $A UNION ALL "
+        f"SELECT {csv(cols)}, -_d FROM $O) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
+    )
+    return duck.query(sql, {"A": all_, "O": old})
+
+
+def _with_next(table: str, nkeys: int, width: int) -> str:
+    """Distinct (key, time) pairs of ``table`` with the key's next time as ``_n*``."""
+    k, t, n = keys(nkeys), times(width), nexts(width)
+    w = window(k)
+    leads = ", ".join(f"lead({tc}) OVER ({w} ORDER BY {csv(t)}) AS {nc}" for tc, nc in zip(t, n))
+    return f"SELECT {csv([*k, *t])}, {leads}, 1::BIGINT AS _d FROM (SELECT DISTINCT {csv([*k, *t])} FROM {table}) AS _kt"
+
+
+def _snapshot_diffs(S: pa.Table, cols: Sequence[str], width: int) -> pa.Table:
+    t, n = times(width), nexts(width)
+    return duck.run(
+        "snapshot_diffs",
+        {"S": S},
+        cols=csv(cols),
+        t=csv(t),
+        n_as_t=csv([f"{nc} AS {tc}" for nc, tc in zip(n, t)]),
+    )
+
+
+def _alive(Y: pa.Table, nkeys: int, ndata: int, width: int) -> pa.Table:
+    """Rows with positive multiplicity of every key at each of the key's times (with ``_n*``)."""
+    a = names("_a", ndata)
+    n = nexts(width)
+    sql = stab_sql(
+        f"({_with_next('$Y', nkeys, width)})",
+        "$Y",
+        nkeys,
+        n,
+        a,
+        width,
+        strict=False,
+        out_data=[*n, *a],
+    )
+    return duck.query(f"SELECT * FROM ({sql}) AS _s WHERE _d > 0", {"Y": Y})
+
+
+# ---------------------------------------------------------------------------------
+# reductions, totally ordered time
+
+
+def _snapshots_sql_agg(p: ReduceParams, alive: pa.Table) -> pa.Table:
+    k, t, n = keys(p.nkeys), times(p.ttype.width), nexts(p.ttype.width)
+    group = csv([*k, *t, *n])
+    if p.agg == "count":
+        expr, where = "sum(_d)::BIGINT", "TRUE"
+    elif p.agg == "sum":
+        expr, where = "sum(_a0 * _d)", "TRUE"
+    elif p.agg in ("min", "max"):
+        expr, where = f"{p.agg}(_a0)", "_a0 IS NOT NULL"
+    else:  # pragma: no cover - guarded by the caller
+        raise ValueError(p.agg)
+    sql = f"SELECT {group}, {expr} AS _o0, 1::BIGINT AS _m FROM $A WHERE {where} GROUP BY {group}"
+    return duck.query(sql, {"A": alive})
+
+
+def _count_sum_snapshots(p: ReduceParams, Y: pa.Table) -> pa.Table:
+    k, a, t, n = keys(p.nkeys), names("_a", p.ndata), times(p.ttype.width), nexts(p.ttype.width)
+    kw = window(k)
+    n_lead = ", ".join(f"lead({tc}) OVER ({kw} ORDER BY {csv(t)}) AS {nc}" for tc, nc in zip(t, n))
+    body = duck.render(
+        "count_sum",
+        X="$Y",
+        kd_cols=csv([*k, *a]),
+        t=csv(t),
+        kd_window=window([*k, *a]),
+        k_cols=csv(k) if k else "0 AS _nokey",
+        val="_a0" if p.agg == "sum" else "NULL::BIGINT",
+        k_window=kw,
+        n_lead=n_lead,
+    )
+    out = "_cnt::BIGINT" if p.agg == "count" else "CASE WHEN _nn > 0 THEN _sum END"
+    sel = csv([*k, *t, *n])
+    return duck.query(f"SELECT {sel}, {out} AS _o0, 1::BIGINT AS _m FROM ({body}) AS _s WHERE _cnt > 0", {"Y": Y})
+
+
+def _func_snapshots(p: ReduceParams, alive: pa.Table) -> pa.Table:
+    k, a, t, n = keys(p.nkeys), names("_a", p.ndata), times(p.ttype.width), nexts(p.ttype.width)
+    outs = names("_o", len(p.out_names))
+    if alive.num_rows == 0:
+        return _empty_snapshots(p, alive)
+    alive = alive.sort_by([(c, "ascending") for c in [*k, *t]])
+    pdf = alive.to_pandas()
+    group_cols = [*k, *t]
+    pieces: list[dict[str, Any]] = []
+    for gkey, g in pdf.groupby(group_cols, sort=False, dropna=False):
+        gkey = gkey if isinstance(gkey, tuple) else (gkey,)
+        key_vals, tleaves = gkey[: p.nkeys], tuple(int(x) for x in gkey[p.nkeys :])
+        rows = g[[*k, *a, "_d"]].rename(columns=dict(zip([*k, *a, "_d"], [*p.key_names, *p.data_names, "diff"])))
+        res = call_func(p, key_vals, tleaves, rows.reset_index(drop=True))
+        if res is None:
+            continue
+        nvals = g.iloc[0][n].tolist()
+        for vals, m in res:
+            row = dict(zip(k, key_vals)) | dict(zip(outs, vals)) | dict(zip(t, tleaves)) | dict(zip(n, nvals)) | {"_m": m}
+            pieces.append(row)
+    return _table_from_rows(p, alive, pieces)
+
+
+def _empty_snapshots(p: ReduceParams, like: pa.Table) -> pa.Table:
+    return _table_from_rows(p, like, [])
+
+
+def _table_from_rows(p: ReduceParams, like: pa.Table, rows: list[dict[str, Any]]) -> pa.Table:
+    k, t, n = keys(p.nkeys), times(p.ttype.width), nexts(p.ttype.width)
+    outs = names("_o", len(p.out_names))
+    fields = (
+        [like.schema.field(c) for c in k]
+        + [pa.field(o, typ) for o, typ in zip(outs, p.out_types)]
+        + [pa.field(c, pa.int64()) for c in [*t, *n]]
+        + [pa.field("_m", pa.int64())]
+    )
+    schema = pa.schema(fields)
+    arrays = []
+    for f in schema:
+        vals = [r.get(f.name) for r in rows]
+        try:
+            arrays.append(pa.array(vals, type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            name = f.name
+            if name.startswith("_o"):
+                name = p.out_names[int(name[2:])]
+            raise OutputSchemaError(
+                f"{p.op}: func returned values for column `{name}` that do not fit its declared type {f.type}: {e}"
+            ) from e
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], rows: Any) -> list[tuple[tuple, int]] | None:
+    """Call the user's reduce function for one key at one time, checking what it returns."""
+    import pandas as pd
+
+    assert p.func is not None
+    where = f"key {dict(zip(p.key_names, key_vals))} at time {p.ttype.decode_value(tleaves)!r}"
+    try:
+        res = p.func(rows)
+    except Exception as e:
+        raise UserFunctionError(f"{p.op}: func raised {type(e).__name__}: {e} for {where}") from e
+    if res is None:
+        return None
+    if not isinstance(res, pd.DataFrame):
+        raise OutputSchemaError(
+            f"{p.op}: func must return a pandas DataFrame with columns {list(p.out_names)} and `diff`; "
+            f"it returned {type(res).__name__} for {where}"
+        )
+    cols = list(res.columns)
+    missing = [c for c in [*p.out_names, "diff"] if c not in cols]
+    extra = [c for c in cols if c not in (*p.out_names, "diff", *p.key_names)]
+    if missing or extra:
+        raise OutputSchemaError(
+            f"{p.op}: func returned columns {cols} for {where}; expected {list(p.out_names)} plus `diff`"
+            + (f" (missing {missing})" if missing else "")
+            + (f" (unexpected {extra})" if extra else "")
+        )
+    if len(res) == 0:
+        return []
+    diffs = res["diff"]
+    if diffs.isna().any() or not all(float(x).is_integer() for x in diffs):
+        raise OutputSchemaError(f"{p.op}: func returned a null or non-integral `diff` for {where}")
+    out = []
+    for vals, m in zip(res[list(p.out_names)].itertuples(index=False, name=None), diffs):
+        if int(m) != 0:
+            out.append((tuple(None if _isna(v) else v for v in vals), int(m)))
+    return out
+
+
+def _isna(v: Any) -> bool:
+    try:
+        return bool(v != v) or v is None  # NaN or None
+    except Exception:
+        return False
+
+
+def _reduce_total_diffs(p: ReduceParams, Y: pa.Table) -> pa.Table:
+    cols = [*keys(p.nkeys), *names("_o", len(p.out_names) or 1)]
+    if p.agg in ("count", "sum") and (p.agg == "count" or p.exact_sum):
+        S = _count_sum_snapshots(p, Y)
+    else:
+        alive = _alive(Y, p.nkeys, p.ndata, p.ttype.width)
+        S = _func_snapshots(p, alive) if p.agg == "func" else _snapshots_sql_agg(p, alive)
+    return _snapshot_diffs(S, cols, p.ttype.width)
+
+
+# ---------------------------------------------------------------------------------
+# reductions, any lattice
+
+
+def _evaluator(p: ReduceParams) -> Callable[[Hashable, Counter, tuple[int, ...]], Counter]:
+    import pandas as pd
+
+    def evaluate(key: Hashable, acc: Counter, s: tuple[int, ...]) -> Counter:
+        rows = generic.positive(acc)
+        if not rows:
+            return Counter()
+        if p.agg == "count":
+            return Counter({(sum(m for _, m in rows),): 1})
+        if p.agg == "sum":
+            vals = [(d[0], m) for d, m in rows if d[0] is not None]
+            return Counter({((sum(v * m for v, m in vals) if vals else None),): 1})
+        if p.agg in ("min", "max"):
+            vals = [d[0] for d, _ in rows if d[0] is not None]
+            if not vals:
+                return Counter()
+            return Counter({((min(vals) if p.agg == "min" else max(vals)),): 1})
+        key_vals = key  # type: ignore[assignment]
+        data = [list(key_vals) + list(d) + [m] for d, m in rows]
+        frame = pd.DataFrame(data, columns=[*p.key_names, *p.data_names, "diff"])
+        res = call_func(p, key_vals, s, frame)
+        out: Counter = Counter()
+        for vals, m in res or []:
+            out[vals] += m
+        return out
+
+    return evaluate
+
+
+def _rows(X: pa.Table, nkeys: int, ndata: int, width: int) -> list[tuple[Any, Any, tuple[int, ...], int, bool]]:
+    k, a, t = keys(nkeys), names("_a", ndata), times(width)
+    cols = {c: X.column(c).to_pylist() for c in [*k, *a, *t, "_d", NEW]}
+    n = X.num_rows
+    return [
+        (
+            tuple(cols[c][i] for c in k),
+            tuple(cols[c][i] for c in a),
+            tuple(int(cols[c][i]) for c in t),
+            int(cols["_d"][i]),
+            bool(cols[NEW][i]),
+        )
+        for i in range(n)
+    ]
+
+
+def _generic_reduce(p: ReduceParams, X: pa.Table) -> pa.Table:
+    rows = _rows(X, p.nkeys, p.ndata, p.ttype.width)
+    res = generic.per_key(p.ttype, rows, _evaluator(p))
+    k, t = keys(p.nkeys), times(p.ttype.width)
+    outs = names("_o", len(p.out_names) or 1)
+    fields = [X.schema.field(c) for c in k] + [pa.field(o, typ) for o, typ in zip(outs, p.out_types)]
+    fields += [pa.field(c, pa.int64()) for c in t] + [pa.field("_d", pa.int64())]
+    data: dict[str, list[Any]] = {f.name: [] for f in fields}
+    for key, out, tl, r in res:
+        for c, v in zip(k, key):
+            data[c].append(v)
+        for c, v in zip(outs, out):
+            data[c].append(v)
+        for c, v in zip(t, tl):
+            data[c].append(v)
+        data["_d"].append(r)
+    schema = pa.schema(fields)
+    return pa.Table.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
+
+
+def reduce(p: ReduceParams, X: pa.Table) -> pa.Table:
+    """Kernel for one bucket: ``X`` has ``_k*, _a*, _t*, _d, _new``; returns ``_k*, _o*, _t*, _d``."""
+    if X.num_rows == 0:
+        cols = [*keys(p.nkeys), *names("_o", len(p.out_names) or 1), *times(p.ttype.width), "_d"]
+        return pa.schema([pa.field(c, pa.null()) for c in cols]).empty_table()
+    if not p.ttype.is_total():
+        return _generic_reduce(p, X)
+    touched, old = _split_new(X, p.nkeys)
+    cols = [*keys(p.nkeys), *names("_o", len(p.out_names) or 1), *times(p.ttype.width)]
+    all_diffs = _reduce_total_diffs(p, touched)
+    old_diffs = _reduce_total_diffs(p, old) if old is not None and old.num_rows else None
+    return _subtract(all_diffs, old_diffs, cols)
+
+
+# ---------------------------------------------------------------------------------
+# threshold / distinct
+
+
+def _apply_threshold(func: Callable[[int], int] | None, values: np.ndarray, op: str) -> np.ndarray:
+    if func is None:
+        return (values > 0).astype(np.int64)
+    uniq = np.unique(values)
+    mapped = {}
+    for m in uniq.tolist():
+        if m == 0:
+            mapped[m] = 0
+            continue
+        try:
+            r = func(int(m))
+        except Exception as e:
+            raise UserFunctionError(f"{op}: func raised {type(e).__name__}: {e} for multiplicity {m}") from e
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            raise OutputSchemaError(f"{op}: func must return an int multiplicity; it returned {r!r} for {m}")
+        mapped[m] = int(r)
+    return np.array([mapped[v] for v in values.tolist()], dtype=np.int64)
+
+
+def _threshold_total_diffs(p: ThresholdParams, Y: pa.Table) -> pa.Table:
+    a, t = names("_a", p.ndata), times(p.ttype.width)
+    r = duck.run("running", {"X": Y}, d_cols=csv(a) if a else "0 AS _nodata", t=csv(t), d_window=window(a))
+    c = r.column("_c").to_numpy()
+    prev = r.column("_p").to_numpy()
+    d = _apply_threshold(p.func, c, p.op) - _apply_threshold(p.func, prev, p.op)
+    keep = np.nonzero(d)[0]
+    out = r.select([*a, *t]).take(pa.array(keep)) if a else r.select(t).take(pa.array(keep))
+    return out.append_column("_d", pa.array(d[keep], pa.int64()))
+
+
+def threshold(p: ThresholdParams, X: pa.Table) -> pa.Table:
+    """Kernel for one bucket: ``X`` has ``_a*, _t*, _d, _new``; returns ``_a*, _t*, _d``."""
+    a, t = names("_a", p.ndata), times(p.ttype.width)
+    if X.num_rows == 0:
+        return X.select([*a, *t, "_d"])
+    if not p.ttype.is_total():
+        rows = [(d, d, tl, r, new) for _, d, tl, r, new in _rows(X, 0, p.ndata, p.ttype.width)]
+
+        def evaluate(key: Hashable, acc: Counter, s: tuple[int, ...]) -> Counter:
+            m = acc.get(key, 0)
+            if m == 0:
+                return Counter()
+            v = int(_apply_threshold(p.func, np.array([m], dtype=np.int64), p.op)[0])
+            return Counter({key: v}) if v else Counter()
+
+        res = generic.per_key(p.ttype, rows, evaluate)
+        fields = [X.schema.field(c) for c in a] + [pa.field(c, pa.int64()) for c in t] + [pa.field("_d", pa.int64())]
+        cols: list[list[Any]] = [[] for _ in fields]
+        for _, d, tl, r in res:
+            for i, v in enumerate([*d, *tl, r]):
+                cols[i].append(v)
+        schema = pa.schema(fields)
+        return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+    # the whole row is the key
+    Xk = X
+    touched, old = _split_threshold(Xk, a)
+    all_diffs = _threshold_total_diffs(p, touched)
+    old_diffs = _threshold_total_diffs(p, old) if old is not None and old.num_rows else None
+    return _subtract(all_diffs, old_diffs, [*a, *t])
+
+
+def _split_threshold(X: pa.Table, a: list[str]) -> tuple[pa.Table, pa.Table | None]:
+    new = X.column(NEW)
+    if pc.all(new).as_py():
+        return X, None
+    if a:
+        sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {csv(a)} FROM $X WHERE {NEW}) AS n ON {key_eq(a, 'x', 'n')}"
+    else:
+        sql = f"SELECT * FROM $X WHERE (SELECT bool_or({NEW}) FROM $X)"
+    touched = duck.query(sql, {"X": X})
+    return touched, touched.filter(pc.invert(touched.column(NEW)))

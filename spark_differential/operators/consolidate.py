@@ -1,0 +1,76 @@
+"""Consolidation: ``dd_consolidate``.
+
+On ``(data, time, diff)``: the output has no two updates with the same
+``(data, time)`` and no zero diff, and accumulates to the input at every time.
+With a frontier ``F`` every time is first advanced to ``meet_{f in F} join(t, f)``
+(seed 004): the result then agrees with the input at every time ``g >= F`` (and
+only there), and updates that no such ``g`` can tell apart are merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..collection import DIFF, TIME, inspect, time_leaf_names
+from ..errors import FrontierError, SchemaMismatchError
+from ..execution import Input, execute, kernel_fields
+from ..kernels import consolidate as kcons
+from ..kernels.common import names
+from ..lattice import Antichain, Loop
+
+METHODS = ("auto", "spark", "kernel")
+
+
+def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") -> DataFrame:
+    """Consolidate updates, optionally advancing times by a frontier first.
+
+    ``frontier`` is a time or a list of times (Python values: ints, ``date`` /
+    ``datetime``, tuples/dicts/Rows for struct times).  ``method`` picks the
+    execution: ``"spark"`` (a Spark aggregation with the advance as a projection),
+    ``"kernel"`` (the DuckDB consolidation kernel per key bucket) or ``"auto"``
+    (``"spark"``, measured faster in both cases; see docs/performance.md).
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("a", 1, 1), ("a", 3, -1), ("b", 2, 1)], "x string, time long, diff long")
+    >>> c.dd_consolidate(frontier=[5]).show()
+    +---+----+----+
+    |  x|time|diff|
+    +---+----+----+
+    |  b|   5|   1|
+    +---+----+----+
+    <BLANKLINE>
+    """
+    op = "dd_consolidate"
+    cs = inspect(df, op=op)
+    if method not in METHODS:
+        raise ValueError(f"{op}: method must be one of {METHODS}, got {method!r}")
+    front = None
+    if frontier is not None:
+        if isinstance(cs.ttype, Loop):
+            raise FrontierError(f"{op}: a frontier cannot be used inside a dd_iterate body")
+        front = Antichain.from_values(cs.ttype, frontier).elements
+    if method == "kernel":
+        if isinstance(cs.ttype, Loop):
+            raise SchemaMismatchError(f"{op}: method='kernel' is not available inside a dd_iterate body")
+        data = list(cs.data_cols)
+        inp = Input(df, cs, [], data, "_a", hash_cols=data)
+        params = kcons.ConsolidateParams(len(data), cs.ttype, tuple(front) if front else None)
+        cols = list(zip(names("_a", len(data)), data))
+        return execute(op, kcons.consolidate, params, [inp], [False], kernel_fields(inp), cols, cs.ttype)
+    data = list(cs.data_cols)
+    if front is None:
+        return (
+            df.groupBy(*data, TIME)
+            .agg(F.sum(DIFF).cast("long").alias(DIFF))
+            .where(F.col(DIFF) != 0)
+        )
+    leaves = time_leaf_names(cs.ttype.width)
+    enc = df.select(*data, *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
+    adv = [F.expr(e).alias(n) for e, n in zip(cs.ttype.sql_advance(leaves, front), leaves)]
+    advanced = enc.select(*data, *adv, DIFF)
+    summed = advanced.groupBy(*data, *leaves).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    return summed.select(*data, cs.ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)

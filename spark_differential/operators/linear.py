@@ -1,0 +1,105 @@
+"""Linear operators: ``dd_negate`` and ``dd_concat``.
+
+On ``(data, time, diff)``: a linear operator maps each update independently, so
+its output at every time is the operator applied to the input at that time, with
+no state.  Plain ``select``/``where``/``withColumn`` that keep ``time`` and
+``diff`` are linear too.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..collection import DIFF, TIME, inspect
+from ..errors import SchemaMismatchError
+from ..scope import unify
+
+
+def dd_negate(df: DataFrame) -> DataFrame:
+    """Every update with its diff negated: the collection ``-x`` at every time.
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("a", 1, 2)], "x string, time long, diff long")
+    >>> c.dd_negate().show()
+    +---+----+----+
+    |  x|time|diff|
+    +---+----+----+
+    |  a|   1|  -2|
+    +---+----+----+
+    <BLANKLINE>
+    """
+    cs = inspect(df, op="dd_negate")
+    return df.select(*cs.data_cols, TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
+
+
+def dd_concat(df: DataFrame, *others: DataFrame) -> DataFrame:
+    """The multiset sum of collections (columns matched by name), not consolidated.
+
+    All inputs must have the same data columns (any order) and the same time type;
+    an ordinary collection concatenated with a differentiated one enters at ``alt``.
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> a = spark.createDataFrame([("a", 1, 1)], "x string, time long, diff long")
+    >>> b = spark.createDataFrame([("b", 2, 1)], "x string, time long, diff long")
+    >>> a.dd_concat(b).orderBy("x").show()
+    +---+----+----+
+    |  x|time|diff|
+    +---+----+----+
+    |  a|   1|   1|
+    |  b|   2|   1|
+    +---+----+----+
+    <BLANKLINE>
+    """
+    op = "dd_concat"
+    dfs = [df, *others]
+    schemas = [inspect(d, op=op, side=f"collection {i + 1}") for i, d in enumerate(dfs)]
+    first = schemas[0]
+    for i, cs in enumerate(schemas[1:], start=2):
+        if set(cs.data_cols) != set(first.data_cols):
+            raise SchemaMismatchError(
+                f"{op}: collection {i} has data columns {sorted(cs.data_cols)} but collection 1 has "
+                f"{sorted(first.data_cols)}; concatenated collections need the same data columns"
+            )
+        for c in first.data_cols:
+            t1, t2 = first.field(c).dataType, cs.field(c).dataType
+            if t1 != t2:
+                raise SchemaMismatchError(
+                    f"{op}: column `{c}` is {t1.simpleString()} in collection 1 but {t2.simpleString()} in "
+                    f"collection {i}; cast it so both agree"
+                )
+    target, kernel, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
+    outer_now = True
+    if any(e.in_loop for e in entries):
+        from ..iterate import outer_collections_enter_now
+
+        outer_now = outer_collections_enter_now(op)
+    out = None
+    for d, e in zip(dfs, entries):
+        if d.schema[TIME].dataType == target.spark_type():
+            tcol = F.col(TIME)
+        elif not e.in_loop and any(x.in_loop for x in entries) and not outer_now:
+            continue  # an outer collection changes only at iteration 0
+        else:
+            tcol = _wrap(e, target)
+        part = d.select(*first.data_cols, tcol.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+        out = part if out is None else out.unionByName(part)
+    assert out is not None
+    return out
+
+
+def _wrap(entry, target):  # type: ignore[no-untyped-def]
+    """The time column of an input entering ``target`` (an outer collection inside a loop enters at 0)."""
+    from ..lattice import LOOP_ITER, LOOP_OUTER, Loop
+
+    col = entry.time_col
+    t = target
+    wrappers = []
+    while isinstance(t, Loop):
+        wrappers.append(t)
+        t = t.inner
+    for _ in wrappers:
+        col = F.struct(col.alias(LOOP_OUTER), F.lit(0).cast("int").alias(LOOP_ITER))
+    return col

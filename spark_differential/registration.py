@@ -1,0 +1,67 @@
+"""Adding the collection methods to ``pyspark.sql.DataFrame``, in one place.
+
+Importing :mod:`spark_differential` calls :func:`register`, which sets each method
+of SPEC section 3 on the DataFrame base class shared by classic and Spark Connect
+DataFrames.  It refuses to replace an attribute that DataFrame (or one of its
+subclasses) already has, so a future PySpark method of the same name is never
+silently shadowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import SparkDifferentialError
+
+_MARK = "__spark_differential__"
+
+
+def _dataframe_classes() -> list[type]:
+    from pyspark.sql import DataFrame
+
+    classes: list[type] = [DataFrame]
+    for mod, name in (("pyspark.sql.classic.dataframe", "DataFrame"), ("pyspark.sql.connect.dataframe", "DataFrame")):
+        try:
+            module = __import__(mod, fromlist=[name])
+            classes.append(getattr(module, name))
+        except Exception:  # connect needs optional deps (grpc); absence is fine
+            continue
+    return classes
+
+
+def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = fn.__name__
+    method.__qualname__ = f"DataFrame.{fn.__name__}"
+    method.__doc__ = fn.__doc__
+    method.__wrapped__ = fn  # type: ignore[attr-defined]
+    setattr(method, _MARK, True)
+    return method
+
+
+def register(methods: dict[str, Callable[..., Any]]) -> None:
+    """Set ``methods`` on ``pyspark.sql.DataFrame``; refuse to shadow foreign attributes."""
+    classes = _dataframe_classes()
+    base = classes[0]
+    for name, fn in methods.items():
+        for cls in classes:
+            existing = cls.__dict__.get(name)
+            if existing is not None and not getattr(existing, _MARK, False):
+                raise SparkDifferentialError(
+                    f"spark_differential cannot add DataFrame.{name}: {cls.__module__}.{cls.__name__} already "
+                    "defines it. Use the plain function instead (spark_differential."
+                    f"{name}(df, ...) or df.transform(spark_differential.{name}, ...))."
+                )
+        setattr(base, name, _as_method(fn))
+
+
+def unregister(names: list[str]) -> None:
+    """Remove methods set by :func:`register` (used by tests)."""
+    from pyspark.sql import DataFrame
+
+    for name in names:
+        if getattr(DataFrame.__dict__.get(name), _MARK, False):
+            delattr(DataFrame, name)
