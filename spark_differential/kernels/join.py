@@ -29,7 +29,9 @@ class JoinParams:
     na: int
     nb: int
     ttype: TimeType
-    mode: str = "join"  # "join" | "semijoin" | "antijoin"
+    mode: str = "join"  # "join" | "semijoin" | "antijoin" | "asof"
+    strict: bool = False  # asof: only updates of B strictly before an update of A count
+    left: bool = False  # asof: keep updates of A that meet nothing, with nulls for B's columns
 
 
 def stab_sql(
@@ -103,6 +105,33 @@ def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:
     )
 
 
+def asof_total_sql(p: JoinParams, A: str, B: str, has_old: bool) -> str:
+    """Each update of A against B accumulated at (or strictly before) its time, at A's time."""
+    a, b = names("_a", p.na), names("_b", p.nb)
+    w = p.ttype.width
+    parts = [stab_sql(_sub(A, NEW), B, p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b])]
+    if has_old:
+        parts.append(stab_sql(_sub(A, f"NOT {NEW}"), _sub(B, NEW), p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b]))
+    return _union_consolidated(parts, [*keys(p.nkeys), *a, *b, *times(w)])
+
+
+def asof_pairs_sql(p: JoinParams, A: str, B: str) -> str:
+    """The as-of join for any lattice: B's updates at times <= (strict: <) each A update's time."""
+    k, a, b, t = keys(p.nkeys), names("_a", p.na), names("_b", p.nb), times(p.ttype.width)
+    at, bt = [f"pc.{c}" for c in t], [f"qc.{c}" for c in t]
+    cond = p.ttype.sql_leq(bt, at)
+    if p.strict:
+        cond += " AND NOT (" + " AND ".join(f"{x} = {y}" for x, y in zip(bt, at)) + ")"
+    group = [*[f"pc.{c}" for c in [*k, *a, *t]], "pc._d", *[f"qc.{c}" for c in b]]
+    return (
+        f"WITH pc AS (SELECT {csv([*k, *a, *t])}, sum(_d)::BIGINT AS _d, bool_or({NEW}) AS {NEW} FROM {A} GROUP BY ALL HAVING sum(_d) <> 0), "
+        f"qc AS (SELECT {csv([*k, *b, *t])}, sum(_d)::BIGINT AS _d, bool_or({NEW}) AS {NEW} FROM {B} GROUP BY ALL HAVING sum(_d) <> 0) "
+        f"SELECT {csv([*[f'pc.{c}' for c in [*k, *a]], *[f'qc.{c}' for c in b], *at])}, "
+        f"(pc._d * sum(qc._d))::BIGINT AS _d FROM pc JOIN qc ON {key_eq(k, 'pc', 'qc')} AND {cond} "
+        f"WHERE pc.{NEW} OR qc.{NEW} GROUP BY {csv(group)} HAVING sum(qc._d) <> 0"
+    )
+
+
 def _union_consolidated(parts: list[str], cols: list[str]) -> str:
     body = "\nUNION ALL\n".join(f"SELECT {csv(cols)}, _d FROM ({q}) AS _p{i}" for i, q in enumerate(parts))
     return f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM (\n{body}\n) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
@@ -118,6 +147,8 @@ def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
     if A.num_rows == 0:
         return _empty_out(p)
     has_old = (not _all_true(A.column(NEW))) or (not _all_true(B.column(NEW)))
+    if p.mode == "asof":
+        return _asof(p, A, B, has_old)
     if p.ttype.is_total():
         sql = join_total_sql(p, "$A", "$B", has_old)
     else:
@@ -132,6 +163,24 @@ def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
             f"SELECT {csv(cols)}, -_d AS _d FROM ({sql}) AS _s) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
         )
     return duck.query(sql, {"A": A, "B": B})
+
+
+def _asof(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
+    sql = asof_total_sql(p, "$A", "$B", has_old) if p.ttype.is_total() else asof_pairs_sql(p, "$A", "$B")
+    if not p.left:
+        return duck.query(sql, {"A": A, "B": B})
+    # left: updates of A meeting no row of B keep going, with nulls for B's columns
+    k, a, b, t = keys(p.nkeys), names("_a", p.na), names("_b", p.nb), times(p.ttype.width)
+    own = [*k, *a, *t]
+    nulls = ", ".join(f"NULL AS {c}" for c in b)
+    full = (
+        f"WITH m AS ({sql}), "
+        f"pc AS (SELECT {csv(own)}, sum(_d)::BIGINT AS _d FROM $A GROUP BY ALL HAVING sum(_d) <> 0) "
+        f"SELECT {csv([*k, *a, *b, *t])}, _d FROM m UNION ALL "
+        f"SELECT {csv([*k, *a])}{', ' + nulls if nulls else ''}, {csv(t)}, _d FROM pc "
+        f"WHERE NOT EXISTS (SELECT 1 FROM m WHERE {key_eq(own, 'm', 'pc')})"
+    )
+    return duck.query(full, {"A": A, "B": B})
 
 
 def _all_true(col: pa.ChunkedArray) -> bool:

@@ -1,0 +1,228 @@
+"""Calculus on collections (seed 003): ``differentiate``, ``integrate``, ``dd_delay``,
+and the as-of join built from them, ``dd_asof_join``.
+
+On ``(data, time, diff)`` over a time type ``T``:
+
+* ``differentiate`` moves to ``AltNeu(T)``: each update ``(d, t, r)`` becomes
+  ``(d, alt(t), r)`` and ``(d, neu(t), -r)``.  The result accumulates, at ``alt(t)``,
+  to exactly the changes that happened at ``t``, and to nothing at any other time: a
+  stream of blips.
+* ``integrate`` keeps the ``alt`` updates and returns to ``T``.
+  ``integrate(differentiate(x)) == x`` exactly (no "up to a constant": the neu
+  retractions are dropped, not summed).
+* Between the two, an operator sees each change only at its own moment.  Joining
+  the blips of ``orders`` with a changing ``prices`` collection gives each order the
+  price accumulated at the order's time, never revised by later price changes: an
+  **as-of join**.
+
+Homework from the seed (what a later retraction of an order does): the retraction
+is itself a blip at its own time, so it is joined with the price *at the time of
+the retraction*, not the price the order was billed at.  If prices moved in
+between, the accumulated result keeps ``+ (order, old price)`` and gains
+``- (order, new price)``: a negative row that never existed.  The as-of join is
+therefore not incremental view maintenance of anything; it is a function of the
+*history* of changes.  Retract orders at the moment they were placed (a correction
+of history) or treat retractions as new events (a refund) deliberately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .collection import DIFF, TIME, as_columns, inspect, require_columns
+from .errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
+from .execution import Input, execute, kernel_fields, key_casts
+from .kernels import join as kjoin
+from .kernels.common import keys, names
+from .lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop
+
+
+def _altneu(col: object, neu: bool) -> object:
+    return F.struct(F.col(TIME).alias(ALTNEU_TIME) if col is None else col, F.lit(neu).alias(ALTNEU_NEU))
+
+
+def differentiate(df: DataFrame) -> DataFrame:
+    """The changes of a collection, each present only at the moment it happens.
+
+    Returns a collection over ``AltNeu(T)`` (time ``struct<time: T, neu: boolean>``)
+    with ``(d, alt(t), r)`` and ``(d, neu(t), -r)`` for every update ``(d, t, r)``.
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("bacon", 5, 1)], "item string, time long, diff long")
+    >>> c.differentiate().orderBy("diff").show()
+    +-----+---------+----+
+    | item|     time|diff|
+    +-----+---------+----+
+    |bacon| {5, true}|  -1|
+    |bacon|{5, false}|   1|
+    +-----+---------+----+
+    <BLANKLINE>
+    """
+    op = "differentiate"
+    cs = inspect(df, op=op)
+    if isinstance(cs.ttype, Loop):
+        raise TimeTypeError(f"{op}: differentiate inside a dd_iterate body is not supported; differentiate outside the loop")
+    data = list(cs.data_cols)
+    alt = df.select(*data, _altneu(None, False).alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+    neu = df.select(*data, _altneu(None, True).alias(TIME), (-F.col(DIFF).cast("long")).alias(DIFF))
+    return alt.unionByName(neu)
+
+
+def integrate(df: DataFrame) -> DataFrame:
+    """Collect instantaneous changes back into a collection: keep ``alt`` updates, drop ``neu``.
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("bacon", 5, 1)], "item string, time long, diff long")
+    >>> c.differentiate().integrate().show()
+    +-----+----+----+
+    | item|time|diff|
+    +-----+----+----+
+    |bacon|   5|   1|
+    +-----+----+----+
+    <BLANKLINE>
+    """
+    op = "integrate"
+    cs = inspect(df, op=op)
+    if not isinstance(cs.ttype, AltNeu):
+        raise TimeTypeError(
+            f"{op}: the input's time type is {cs.ttype.describe()}, not a differentiated (alt/neu) time; "
+            "integrate undoes differentiate()"
+        )
+    t = F.col(TIME)
+    return df.where(~t.getField(ALTNEU_NEU)).select(*cs.data_cols, t.getField(ALTNEU_TIME).alias(TIME), DIFF)
+
+
+def dd_delay(df: DataFrame) -> DataFrame:
+    """Move every update to the ``neu`` moment of its time.
+
+    An ordinary collection enters the AltNeu time at ``neu(t)`` instead of
+    ``alt(t)``; a differentiated one has ``neu`` set.  A delayed collection is
+    invisible to changes at the same time (seed 003's "nudging").
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("e", 1, 1)], "x string, time long, diff long")
+    >>> c.dd_delay().show()
+    +---+---------+----+
+    |  x|     time|diff|
+    +---+---------+----+
+    |  e|{1, true}|   1|
+    +---+---------+----+
+    <BLANKLINE>
+    """
+    op = "dd_delay"
+    cs = inspect(df, op=op)
+    if isinstance(cs.ttype, Loop):
+        raise TimeTypeError(f"{op}: dd_delay inside a dd_iterate body is not supported")
+    if isinstance(cs.ttype, AltNeu):
+        tcol = F.struct(F.col(TIME).getField(ALTNEU_TIME).alias(ALTNEU_TIME), F.lit(True).alias(ALTNEU_NEU))
+    else:
+        tcol = _altneu(None, True)
+    return df.select(*cs.data_cols, tcol.alias(TIME), DIFF)
+
+
+def dd_asof_join(
+    orders: DataFrame,
+    prices: DataFrame,
+    on: str | Sequence[str],
+    how: str = "inner",
+    strict: bool = False,
+    method: str = "auto",
+) -> DataFrame:
+    """As-of join: each update of ``orders`` meets ``prices`` as accumulated at its time.
+
+    Same rows as ``orders.differentiate().dd_join(prices, on).integrate()`` (with
+    ``strict=True``: ``prices.dd_delay()``, so only changes strictly before the
+    order count), computed as one lookup per order instead of through blips.
+    ``how="left"`` keeps orders that find no price row for their key at their time,
+    with nulls for the price columns.  Output columns: keys, the orders' other
+    columns, the prices' other columns; time is the order's time.  Build ``prices``
+    from a price-history table with :func:`spark_differential.from_upserts`.
+    ``method="calculus"`` computes the seed's differentiate/join/integrate form
+    instead (for checking).
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> orders = spark.createDataFrame([("bacon", "ann", 3, 1)], "item string, who string, time long, diff long")
+    >>> history = spark.createDataFrame([("bacon", 2, 1), ("bacon", 4, 5)], "item string, price int, ts long")
+    >>> prices = sd.from_upserts(history, key="item", time="ts")
+    >>> orders.dd_asof_join(prices, on="item").show()
+    +-----+---+-----+----+----+
+    | item|who|price|time|diff|
+    +-----+---+-----+----+----+
+    |bacon|ann|    2|   3|   1|
+    +-----+---+-----+----+----+
+    <BLANKLINE>
+    """
+    op = "dd_asof_join"
+    if how not in ("inner", "left"):
+        raise ValueError(f"{op}: how must be 'inner' or 'left', got {how!r}")
+    if method not in ("auto", "kernel", "calculus"):
+        raise ValueError(f"{op}: method must be 'auto', 'kernel' or 'calculus', got {method!r}")
+    keys_ = as_columns(on, op=op, what="`on`")
+    if not keys_:
+        raise SchemaMismatchError(f"{op}: name at least one key column in `on`")
+    a = inspect(orders, op=op, side="orders")
+    b = inspect(prices, op=op, side="prices")
+    require_columns(a, keys_, op=op, side="orders", what="key columns")
+    require_columns(b, keys_, op=op, side="prices", what="key columns")
+    if a.ttype != b.ttype:
+        raise TimeTypeMismatchError(
+            f"{op}: orders have time type {a.ttype.describe()} but prices have {b.ttype.describe()}; "
+            "cast one `time` column to match the other"
+        )
+    a_data = [c for c in a.data_cols if c not in keys_]
+    b_data = [c for c in b.data_cols if c not in keys_]
+    clash = sorted(set(a_data) & set(b_data))
+    if clash:
+        raise SchemaMismatchError(f"{op}: both inputs have data columns {clash} besides the keys; rename one side's")
+    if method == "calculus":
+        return _asof_calculus(orders, prices, keys_, how, strict, a_data, b_data)
+    in_loop = isinstance(a.ttype, Loop)
+    if in_loop and how == "left":
+        raise TimeTypeError(f"{op}: how='left' is not supported inside a dd_iterate body")
+    kernel_t = a.ttype.inner if isinstance(a.ttype, Loop) else a.ttype
+    tcol = F.col(TIME).getField("_sd_outer") if in_loop else F.col(TIME)
+    ca, cb = key_casts(op, a, b, keys_)
+    cond = None
+    for k in keys_:
+        cond = F.col(k).isNotNull() if cond is None else cond & F.col(k).isNotNull()
+    left_df = orders if how == "left" else orders.where(cond)
+    ia = Input(left_df, a, keys_, a_data, "_a", kernel_t, tcol, key_casts=ca)
+    ib = Input(prices.where(cond), b, keys_, b_data, "_b", kernel_t, tcol, key_casts=cb)
+    params = kjoin.JoinParams(len(keys_), len(a_data), len(b_data), kernel_t, "asof", strict, how == "left")
+    out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)
+    cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
+    cols += list(zip(names("_b", len(b_data)), b_data))
+    return execute(op, kjoin.join, params, [ia, ib], [in_loop, in_loop], out_fields, cols, kernel_t)
+
+
+def _asof_calculus(
+    orders: DataFrame,
+    prices: DataFrame,
+    keys_: list[str],
+    how: str,
+    strict: bool,
+    a_data: list[str],
+    b_data: list[str],
+) -> DataFrame:
+    d_orders = differentiate(orders)
+    p = dd_delay(prices) if strict else prices
+    from .operators.join import dd_antijoin, dd_join
+    from .operators.reduce import dd_distinct
+
+    matched = integrate(dd_join(d_orders, p, keys_))
+    if how == "inner":
+        return matched
+    present = dd_distinct(p.select(*keys_, TIME, DIFF))
+    missing = integrate(dd_antijoin(d_orders, present, keys_))
+    b_fields = {f.name: f.dataType for f in inspect(prices, op="dd_asof_join").data_fields}
+    padded = missing.select(
+        *keys_, *a_data, *[F.lit(None).cast(b_fields[c]).alias(c) for c in b_data], TIME, DIFF
+    )
+    return matched.select(*keys_, *a_data, *b_data, TIME, DIFF).unionByName(padded)
