@@ -38,6 +38,7 @@ from .execution import Input, execute, kernel_fields, key_casts
 from .kernels import join as kjoin
 from .kernels.common import keys, names
 from .lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop
+from .scope import unify
 
 
 def _altneu(col: object, neu: bool) -> object:
@@ -171,7 +172,9 @@ def dd_asof_join(
     b = inspect(prices, op=op, side="prices")
     require_columns(a, keys_, op=op, side="orders", what="key columns")
     require_columns(b, keys_, op=op, side="prices", what="key columns")
-    if a.ttype != b.ttype:
+    base_a = a.ttype.inner if isinstance(a.ttype, Loop) else a.ttype
+    base_b = b.ttype.inner if isinstance(b.ttype, Loop) else b.ttype
+    if base_a != base_b:
         raise TimeTypeMismatchError(
             f"{op}: orders have time type {a.ttype.describe()} but prices have {b.ttype.describe()}; "
             "cast one `time` column to match the other"
@@ -183,23 +186,21 @@ def dd_asof_join(
         raise SchemaMismatchError(f"{op}: both inputs have data columns {clash} besides the keys; rename one side's")
     if method == "calculus":
         return _asof_calculus(orders, prices, keys_, how, strict, a_data, b_data)
-    in_loop = isinstance(a.ttype, Loop)
-    if in_loop and how == "left":
+    target, kernel_t, entries = unify(op, [a, b], ["orders", "prices"])
+    if how == "left" and isinstance(target, Loop):
         raise TimeTypeError(f"{op}: how='left' is not supported inside a dd_iterate body")
-    kernel_t = a.ttype.inner if isinstance(a.ttype, Loop) else a.ttype
-    tcol = F.col(TIME).getField("_sd_outer") if in_loop else F.col(TIME)
     ca, cb = key_casts(op, a, b, keys_)
     cond = None
     for k in keys_:
         cond = F.col(k).isNotNull() if cond is None else cond & F.col(k).isNotNull()
     left_df = orders if how == "left" else orders.where(cond)
-    ia = Input(left_df, a, keys_, a_data, "_a", kernel_t, tcol, key_casts=ca)
-    ib = Input(prices.where(cond), b, keys_, b_data, "_b", kernel_t, tcol, key_casts=cb)
+    ia = Input(left_df, a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
+    ib = Input(prices.where(cond), b, keys_, b_data, "_b", kernel_t, entries[1].time_col, key_casts=cb)
     params = kjoin.JoinParams(len(keys_), len(a_data), len(b_data), kernel_t, "asof", strict, how == "left")
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
-    return execute(op, kjoin.join, params, [ia, ib], [in_loop, in_loop], out_fields, cols, kernel_t)
+    return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
 
 
 def _asof_calculus(

@@ -21,10 +21,12 @@ from pyspark.sql import types as T
 
 from .collection import DIFF, TIME, CollectionSchema, null_guard
 from .errors import SchemaMismatchError
-from .kernels.common import D, NEW, conform, keys, names, times
+from .kernels.common import NEW, D, conform, keys, names, times
 from .lattice import TimeType
+from .scope import Entry
 
 BUCKET = "_sd_b"
+KEY_HASH = "_sd_h"  # 64-bit hash of the key columns (never null; the bucket derives from it)
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 _FRACTIONAL = (T.FloatType, T.DoubleType)
 
@@ -93,10 +95,12 @@ def prepare(inp: Input, nbuckets: int) -> DataFrame:
     knames = keys(len(inp.keys))
     dnames = names(inp.prefix, len(inp.data))
     hcols = kcols if inp.hash_cols is None else [F.col(c) for c in inp.hash_cols]
-    bucket = F.pmod(F.xxhash64(*hcols), F.lit(nbuckets)).cast("int") if hcols else F.lit(0)
+    khash = F.xxhash64(*hcols) if hcols else F.lit(0).cast("long")
+    bucket = F.pmod(khash, F.lit(nbuckets)).cast("int")
     new = inp.new if inp.new is not None else F.lit(True)
     return inp.df.select(
         bucket.alias(BUCKET),
+        khash.alias(KEY_HASH),
         *[c.alias(n) for c, n in zip(kcols, knames)],
         *[F.col(c).alias(n) for c, n in zip(inp.data, dnames)],
         *[c.alias(n) for c, n in zip(guarded, tnames)],
@@ -134,7 +138,7 @@ def _arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
 
 
 def _call(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, *tables: pa.Table) -> pa.Table:
-    clean = [t.drop_columns([BUCKET]) if BUCKET in t.column_names else t for t in tables]
+    clean = [t.drop_columns([c for c in (BUCKET, KEY_HASH) if c in t.column_names]) for t in tables]
     return conform(kernel(params, *clean), schema)
 
 
@@ -160,9 +164,18 @@ def run(
     out_schema: T.StructType,
 ) -> DataFrame:
     """Run ``kernel(params, *tables)`` per bucket over one or two inputs."""
-    spark = inputs[0].df.sparkSession
-    nb = buckets(spark)
-    prepared = [prepare(i, nb) for i in inputs]
+    nb = buckets(inputs[0].df.sparkSession)
+    return run_prepared(kernel, params, [prepare(i, nb) for i in inputs], out_schema)
+
+
+def run_prepared(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    prepared: Sequence[DataFrame],
+    out_schema: T.StructType,
+) -> DataFrame:
+    """Run ``kernel`` per bucket over inputs already in kernel form (see :func:`prepare`)."""
+    spark = prepared[0].sparkSession
     schema = _arrow_schema(spark, out_schema)
     if len(prepared) == 1:
         return prepared[0].groupBy(BUCKET).applyInArrow(_unary(kernel, params, schema), out_schema)
@@ -187,16 +200,16 @@ def execute(
     kernel: Callable[..., pa.Table],
     params: Any,
     inputs: Sequence[Input],
-    in_loop: Sequence[bool],
+    entries: Sequence[Entry],
     out_fields: Sequence[T.StructField],
     out_columns: Sequence[tuple[str, str]],
     kernel_type: TimeType,
 ) -> DataFrame:
     """Run a stateful operator: directly, or through the enclosing ``dd_iterate``."""
-    if any(in_loop):
+    if any(e.in_loop for e in entries):
         from .iterate import stateful_in_loop
 
-        return stateful_in_loop(op, kernel, params, inputs, in_loop, out_fields, out_columns, kernel_type)
+        return stateful_in_loop(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
     schema = T.StructType([*out_fields, *time_fields(kernel_type)])
     out = run(kernel, params, inputs, schema)
     return finish(out, out_columns, kernel_type)

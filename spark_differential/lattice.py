@@ -35,7 +35,7 @@ from .errors import FrontierError, ReservedNameError, TimeTypeError
 
 RESERVED_PREFIX = "_sd_"
 LOOP_OUTER = "_sd_outer"
-LOOP_ITER = "_sd_iter"
+LOOP_ITER = "_sd_iter"  # the iteration field is named _sd_iter_<loop id>
 ALTNEU_TIME = "time"
 ALTNEU_NEU = "neu"
 
@@ -478,9 +478,18 @@ class AltNeu(TimeType):
 
 @dataclass(frozen=True)
 class Loop(TimeType):
-    """``(outer, iteration)`` under the product order: the time inside a ``dd_iterate`` body."""
+    """``(outer, iteration)`` under the product order: the time inside a ``dd_iterate`` body.
+
+    Spark type ``struct<_sd_outer: T, _sd_iter_<id>: int>``; the loop id tells the
+    collections of nested loops apart.
+    """
 
     inner: TimeType
+    loop_id: int = 0
+
+    @property
+    def iter_field(self) -> str:
+        return f"{LOOP_ITER}_{self.loop_id}"
 
     @property
     def width(self) -> int:  # type: ignore[override]
@@ -490,11 +499,11 @@ class Loop(TimeType):
         return False
 
     def describe(self) -> str:
-        return f"loop<{self.inner.describe()}>"
+        return f"loop{self.loop_id}<{self.inner.describe()}>"
 
     @property
     def _as_product(self) -> Product:
-        return Product(((LOOP_OUTER, self.inner), (LOOP_ITER, Total("int"))))
+        return Product(((LOOP_OUTER, self.inner), (self.iter_field, Total("int"))))
 
     def leq(self, a: Leaves, b: Leaves) -> bool:
         return self._as_product.leq(a, b)
@@ -559,8 +568,15 @@ def from_spark_type(dtype: Any, *, where: str = "time", allow_internal: bool = T
         names = [f.name for f in dtype.fields]
         if allow_internal and names == [ALTNEU_TIME, ALTNEU_NEU] and isinstance(dtype.fields[1].dataType, T.BooleanType):
             return AltNeu(from_spark_type(dtype.fields[0].dataType, where=f"{where}.{ALTNEU_TIME}"))
-        if allow_internal and names == [LOOP_OUTER, LOOP_ITER]:
-            return Loop(from_spark_type(dtype.fields[0].dataType, where=f"{where}.{LOOP_OUTER}"))
+        if (
+            allow_internal
+            and len(names) == 2
+            and names[0] == LOOP_OUTER
+            and names[1].startswith(LOOP_ITER + "_")
+            and names[1][len(LOOP_ITER) + 1 :].isdigit()
+        ):
+            inner = from_spark_type(dtype.fields[0].dataType, where=f"{where}.{LOOP_OUTER}")
+            return Loop(inner, int(names[1][len(LOOP_ITER) + 1 :]))
         if not names:
             raise TimeTypeError(f"`{where}` is an empty struct; a struct time needs at least one field")
         fields = []
@@ -577,14 +593,6 @@ def from_spark_type(dtype: Any, *, where: str = "time", allow_internal: bool = T
         "or a struct of those (ordered field by field); cast the column, e.g. "
         "F.col('version').cast('long')."
     )
-
-
-def strip_loop(t: TimeType) -> tuple[TimeType, int]:
-    """Remove ``Loop`` wrappers: ``(inner time type, loop depth)``."""
-    depth = 0
-    while isinstance(t, Loop):
-        t, depth = t.inner, depth + 1
-    return t, depth
 
 
 class Antichain:

@@ -5,7 +5,7 @@ Two wrappers of a time type ``T`` contain ``T`` and can be entered from it witho
 changing what a collection means:
 
 * ``AltNeu(T)``: an ordinary update at ``t`` enters at ``alt(t)`` (seed 003).
-* ``Loop(T)`` (inside a ``dd_iterate`` body): a collection from outside the loop
+* ``Loop(T)`` (inside a ``dd_iterate`` body; each loop has its own id): a collection from outside the loop
   enters at iteration 0 and, being unchanged by the loop, is the same at every
   iteration (seed 000, ``enter``).
 
@@ -30,58 +30,67 @@ from .lattice import ALTNEU_NEU, ALTNEU_TIME, LOOP_OUTER, AltNeu, Loop, TimeType
 class Entry:
     """How one input reaches the operator's time type.
 
-    ``time_col`` gives the input's time in ``kernel_type`` (the operator's time type
-    with ``Loop`` wrappers removed); ``in_loop`` says whether the input varies with
-    the iteration (it is the loop variable or derived from it).
+    ``time_col`` gives the input's time in the operator's *kernel* time type (its
+    time type without the loop coordinate); ``loop_id`` names the ``dd_iterate``
+    loop the input varies with (``None`` for a collection from outside any loop).
     """
 
     time_col: Column
-    in_loop: bool
+    loop_id: int | None
+
+    @property
+    def in_loop(self) -> bool:
+        return self.loop_id is not None
 
 
 def _contains(outer: TimeType, inner: TimeType) -> bool:
     while True:
         if outer == inner:
             return True
-        if isinstance(outer, (AltNeu, Loop)):
+        if isinstance(outer, AltNeu):
             outer = outer.inner
         else:
             return False
 
 
-def _enter(col: Column, src: TimeType, dst: TimeType) -> Column:
-    """Express a ``src`` time as a ``dst`` time (``dst`` contains ``src``, no Loop wrappers)."""
+def enter_column(col: Column, src: TimeType, dst: TimeType) -> Column:
+    """Express a ``src`` time as a ``dst`` time (``dst`` contains ``src``)."""
     if src == dst:
         return col
     assert isinstance(dst, AltNeu)
-    return F.struct(_enter(col, src, dst.inner).alias(ALTNEU_TIME), F.lit(False).alias(ALTNEU_NEU))
-
-
-def _strip(t: TimeType) -> tuple[TimeType, int]:
-    depth = 0
-    while isinstance(t, Loop):
-        t, depth = t.inner, depth + 1
-    return t, depth
+    return F.struct(enter_column(col, src, dst.inner).alias(ALTNEU_TIME), F.lit(False).alias(ALTNEU_NEU))
 
 
 def unify(op: str, schemas: Sequence[CollectionSchema], sides: Sequence[str] | None = None) -> tuple[TimeType, TimeType, list[Entry]]:
-    """``(operator time type, kernel time type, entries)`` for the inputs' time types."""
+    """``(operator time type, kernel time type, entries)`` for the inputs' time types.
+
+    Inside nested loops the operator belongs to the innermost loop among its inputs
+    (loop ids grow with nesting); the others are outer or captured collections.
+    """
     sides = list(sides or [f"input {i + 1}" for i in range(len(schemas))])
-    types = [s.ttype for s in schemas]
-    target = max(types, key=lambda t: (_strip(t)[1], t.width))
-    kernel, depth = _strip(target)
+    split = []
+    for s, side in zip(schemas, sides):
+        t = s.ttype
+        if isinstance(t, Loop):
+            if isinstance(t.inner, Loop):  # pragma: no cover - never built
+                raise TimeTypeMismatchError(f"{op}: the {side} has a doubly nested loop time")
+            split.append((t.inner, t.loop_id))
+        else:
+            split.append((t, None))
+    kernel = max((inner for inner, _ in split), key=lambda t: t.width)
+    loop_ids = [lid for _, lid in split if lid is not None]
+    target: TimeType = Loop(kernel, max(loop_ids)) if loop_ids else kernel
     entries = []
-    for t, side in zip(types, sides):
-        inner, d = _strip(t)
-        if d not in (0, depth) or not _contains(kernel, inner):
+    for (inner, lid), s, side in zip(split, schemas, sides):
+        if not _contains(kernel, inner):
             raise TimeTypeMismatchError(
-                f"{op}: the {side} has time type {t.describe()} but the operator works over "
-                f"{target.describe()}; both collections must use the same time type (cast the `time` "
+                f"{op}: the {side} has time type {s.ttype.describe()} but the operator works over "
+                f"{kernel.describe()}; both collections must use the same time type (cast the `time` "
                 "column), except that ordinary collections enter differentiated (alt/neu) ones and "
                 "dd_iterate bodies automatically"
             )
         col: Column = F.col(TIME)
-        for _ in range(d):
+        if lid is not None:
             col = col.getField(LOOP_OUTER)
-        entries.append(Entry(time_col=_enter(col, inner, kernel), in_loop=d > 0))
+        entries.append(Entry(time_col=enter_column(col, inner, kernel), loop_id=lid))
     return target, kernel, entries

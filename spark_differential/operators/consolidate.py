@@ -20,6 +20,7 @@ from ..execution import Input, execute, kernel_fields
 from ..kernels import consolidate as kcons
 from ..kernels.common import names
 from ..lattice import Antichain, Loop
+from ..scope import Entry
 
 METHODS = ("auto", "spark", "kernel")
 
@@ -60,7 +61,7 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
         inp = Input(df, cs, [], data, "_a", hash_cols=data)
         params = kcons.ConsolidateParams(len(data), cs.ttype, tuple(front) if front else None)
         cols = list(zip(names("_a", len(data)), data))
-        return execute(op, kcons.consolidate, params, [inp], [False], kernel_fields(inp), cols, cs.ttype)
+        return execute(op, kcons.consolidate, params, [inp], [Entry(F.col(TIME), None)], kernel_fields(inp), cols, cs.ttype)
     data = list(cs.data_cols)
     if front is None:
         return (

@@ -59,7 +59,7 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
     out_fields = k_out + out_fields[len(keys_):]
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
-    result = execute(op, kjoin.join, params, [ia, ib], [e.in_loop for e in entries], out_fields, cols, kernel_t)
+    result = execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
     if mode != "join":
         # keep the left input's column order
         result = result.select(*a.data_cols, "time", "diff")

@@ -70,36 +70,14 @@ def dd_concat(df: DataFrame, *others: DataFrame) -> DataFrame:
                     f"{op}: column `{c}` is {t1.simpleString()} in collection 1 but {t2.simpleString()} in "
                     f"collection {i}; cast it so both agree"
                 )
-    target, kernel, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
-    outer_now = True
+    target, _, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
     if any(e.in_loop for e in entries):
-        from ..iterate import outer_collections_enter_now
+        from ..iterate import concat_in_loop
 
-        outer_now = outer_collections_enter_now(op)
+        return concat_in_loop(op, dfs, schemas, entries, target)
     out = None
     for d, e in zip(dfs, entries):
-        if d.schema[TIME].dataType == target.spark_type():
-            tcol = F.col(TIME)
-        elif not e.in_loop and any(x.in_loop for x in entries) and not outer_now:
-            continue  # an outer collection changes only at iteration 0
-        else:
-            tcol = _wrap(e, target)
-        part = d.select(*first.data_cols, tcol.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+        part = d.select(*first.data_cols, e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
         out = part if out is None else out.unionByName(part)
     assert out is not None
     return out
-
-
-def _wrap(entry, target):  # type: ignore[no-untyped-def]
-    """The time column of an input entering ``target`` (an outer collection inside a loop enters at 0)."""
-    from ..lattice import LOOP_ITER, LOOP_OUTER, Loop
-
-    col = entry.time_col
-    t = target
-    wrappers = []
-    while isinstance(t, Loop):
-        wrappers.append(t)
-        t = t.inner
-    for _ in wrappers:
-        col = F.struct(col.alias(LOOP_OUTER), F.lit(0).cast("int").alias(LOOP_ITER))
-    return col

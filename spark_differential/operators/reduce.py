@@ -79,7 +79,7 @@ def _reduction(
     onames = names("_o", len(out))
     out_fields = kernel_fields(inp)[: len(by_)] + [T.StructField(n, f.dataType, True) for n, f in zip(onames, out)]
     cols = list(zip(keys(len(by_)), by_)) + list(zip(onames, [f.name for f in out]))
-    return execute(op, kreduce.reduce, params, [inp], [entries[0].in_loop], out_fields, cols, kernel_t)
+    return execute(op, kreduce.reduce, params, [inp], entries, out_fields, cols, kernel_t)
 
 
 def _schema_fields(schema: str | T.StructType, op: str) -> list[T.StructField]:
@@ -233,7 +233,7 @@ def _threshold(df: DataFrame, op: str, func: Callable[[int], int] | None) -> Dat
     inp = Input(df, cs, [], data, "_a", kernel_t, entries[0].time_col, hash_cols=data)
     params = kreduce.ThresholdParams(len(data), kernel_t, func, op)
     cols = list(zip(names("_a", len(data)), data))
-    return execute(op, kreduce.threshold, params, [inp], [entries[0].in_loop], kernel_fields(inp), cols, kernel_t)
+    return execute(op, kreduce.threshold, params, [inp], entries, kernel_fields(inp), cols, kernel_t)
 
 
 def dd_distinct(df: DataFrame) -> DataFrame:

@@ -1,0 +1,225 @@
+"""dd_iterate against the oracle: seed 001's worked example, BFS / reachability /
+connected components on random changing graphs (integer and product times),
+nested loops, and the loop's errors."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+
+import pytest
+from helpers import assert_matches, rows_of, to_df
+from oracle import Coll, Product, Total, consolidate, ref_bfs, ref_iterate, ref_reachable
+from pyspark.sql import functions as F
+
+import spark_differential  # noqa: F401
+from spark_differential.errors import IterationError, IterationLimitExceeded, SchemaMismatchError
+
+SEED_001_EDGES = [
+    ((1, 1), 0, 1), ((2, 1), 0, 1), ((0, 1), 0, 1), ((0, 2), 0, 1), ((1, 0), 0, 1),
+    ((2, 0), 1, 1), ((1, 1), 1, -1), ((1, 2), 2, 1), ((2, 1), 2, -1), ((1, 2), 3, 1),
+    ((0, 1), 3, -1), ((2, 1), 4, 1), ((0, 2), 4, -1), ((0, 2), 5, 1), ((1, 0), 5, -1),
+]
+SEED_001_DISTS = [
+    ((0, 0), 0, 1), ((1, 1), 0, 1), ((2, 1), 0, 1), ((1, 1), 3, -1),
+    ((2, 1), 4, -1), ((1, 2), 5, 1), ((2, 1), 5, 1),
+]
+
+
+def bfs(roots, edges, keys=("node",)):
+    """BFS distances, written as in seed 001 (join, +1, concat, min)."""
+    keys = list(keys)
+    e = edges.withColumnRenamed("src", "node")
+    return roots.dd_iterate(
+        lambda d: d.dd_join(e, on=keys)
+        .select(*keys[:-1], F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+        .dd_concat(d)
+        .dd_min(by=keys, col="dist")
+    )
+
+
+def test_seed_001_worked_example(spark):
+    edges = spark.createDataFrame([(s, d, t, r) for (s, d), t, r in SEED_001_EDGES], "src long, dst long, time long, diff long")
+    roots = spark.createDataFrame([(0, 0, 0, 1)], "node long, dist long, time long, diff long")
+    got = rows_of(bfs(roots, edges))
+    assert sorted(got) == sorted(SEED_001_DISTS)
+
+
+def interval_edges(rng: random.Random, nodes: int, n: int, lat, hi: int = 5) -> list:
+    """Edges present over random intervals [t1, t2) (t2 >= t1), so multiplicities stay >= 0."""
+    ups = []
+    for _ in range(n):
+        e = (rng.randrange(nodes), rng.randrange(nodes))
+        if isinstance(lat, Total):
+            t1 = rng.randint(0, hi)
+            ups.append((e, t1, 1))
+            if rng.random() < 0.6:
+                ups.append((e, rng.randint(t1, hi + 1), -1))
+        else:
+            t1 = tuple(rng.randint(0, hi) for _ in lat.fields)
+            ups.append((e, t1, 1))
+            if rng.random() < 0.6:
+                ups.append((e, tuple(rng.randint(x, hi + 1) for x in t1), -1))
+    return ups
+
+
+def batched_graphs(seed: int, cases: int, lat, nodes: int = 6, n: int = 9):
+    """Many random graphs in one collection (a leading ``case`` column), with their roots."""
+    rng = random.Random(seed)
+    zero = 0 if isinstance(lat, Total) else tuple(0 for _ in lat.fields)
+    edges, roots, per_case = [], [], []
+    for c in range(cases):
+        ups = interval_edges(rng, nodes, rng.randint(3, n), lat)
+        rts = [((0,), zero, 1)]
+        if rng.random() < 0.5:  # a second root that comes and goes
+            later = rng.randint(1, 4) if isinstance(lat, Total) else (rng.randint(1, 4), 0)
+            rts += [((1,), zero, 1), ((1,), later, -1)]
+        edges += [((c, s, d), t, r) for (s, d), t, r in ups]
+        roots += [((c, n_, 0), t, r) for (n_,), t, r in rts]
+        per_case.append((Coll(("src", "dst"), [((s, d), t, r) for (s, d), t, r in ups]), Coll(("node",), rts)))
+    return Coll(("case", "src", "dst"), edges), Coll(("case", "node", "dist"), roots), per_case
+
+
+def prefixed(case: int, coll: Coll) -> list:
+    return [((case, *d), t, r) for d, t, r in coll.updates]
+
+
+LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
+def test_bfs_random_graphs(spark, name):
+    lat = LATTICES[name]
+    edges, roots, per_case = batched_graphs(11, 10, lat)
+    got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
+    expected = []
+    for c, (e, r) in enumerate(per_case):
+        expected += prefixed(c, ref_bfs(e, r, lat))
+    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
+def test_reachability_random_graphs(spark, name):
+    lat = LATTICES[name]
+    edges, roots, per_case = batched_graphs(23, 10, lat)
+    e = to_df(spark, edges, lat).withColumnRenamed("src", "node")
+    r = to_df(spark, roots, lat).select("case", "node", "time", "diff")
+    got = r.dd_iterate(
+        lambda x: x.dd_join(e, on=["case", "node"])
+        .select("case", F.col("dst").alias("node"), "time", "diff")
+        .dd_concat(x)
+        .dd_distinct()
+    )
+    expected = []
+    for c, (ec, rc) in enumerate(per_case):
+        expected += prefixed(c, ref_reachable(ec, rc, lat))
+    assert_matches(got, Coll(("case", "node"), consolidate(expected)))
+
+
+def test_connected_components_min_label(spark):
+    """A reduce-heavy body: every node takes the smallest label among itself and its neighbours."""
+    lat = Total()
+    rng = random.Random(5)
+    ups = interval_edges(rng, 8, 12, lat)
+    sym = [((s, d), t, r) for (s, d), t, r in ups] + [((d, s), t, r) for (s, d), t, r in ups]
+    edges = Coll(("src", "dst"), consolidate(sym))
+    nodes = Coll(("node", "label"), [((n, n), 0, 1) for n in range(8)])
+    e = to_df(spark, edges, lat).withColumnRenamed("src", "node")
+    got = to_df(spark, nodes, lat).dd_iterate(
+        lambda x: x.dd_join(e, on="node")
+        .select(F.col("dst").alias("node"), "label", "time", "diff")
+        .dd_concat(x)
+        .dd_min(by="node", col="label")
+    )
+
+    def body(x: Counter, ed: Counter) -> Counter:
+        best = {}
+        for (n, lab), m in x.items():
+            if m > 0:
+                best[n] = min(best.get(n, lab), lab)
+        for (s, d), m in ed.items():
+            if m > 0 and s in best:
+                best[d] = min(best.get(d, best[s]), best[s])
+        return Counter({(n, lab): 1 for n, lab in best.items()})
+
+    assert_matches(got, ref_iterate(nodes, body, lat, others=[edges]))
+
+
+def test_nested_iterate(spark):
+    """An inner loop (reachability within a subgraph, restricted to the outer set) inside an outer loop."""
+    lat = Total()
+    rng = random.Random(9)
+    e1 = Coll(("src", "dst"), consolidate(interval_edges(rng, 7, 8, lat)))
+    e2 = Coll(("src", "dst"), consolidate(interval_edges(rng, 7, 8, lat)))
+    roots = Coll(("node",), [((0,), 0, 1), ((3,), 0, 1), ((3,), 3, -1)])
+    d1 = to_df(spark, e1, lat).withColumnRenamed("src", "node")
+    d2 = to_df(spark, e2, lat).withColumnRenamed("src", "node")
+
+    def outer(x):
+        grown = x.dd_join(d1, on="node").select(F.col("dst").alias("node"), "time", "diff").dd_concat(x).dd_distinct()
+        # inner: close `grown` under e2 edges whose source is in the outer set x (captured)
+        return grown.dd_iterate(
+            lambda z: z.dd_join(d2, on="node").dd_semijoin(x, on="node")
+            .select(F.col("dst").alias("node"), "time", "diff")
+            .dd_concat(z)
+            .dd_distinct()
+        )
+
+    got = to_df(spark, roots, lat).dd_iterate(outer)
+
+    def step(x: Counter, a: Counter, b: Counter) -> Counter:
+        xs = {n for (n,), m in x.items() if m > 0}
+        grown = set(xs) | {d for (s, d), m in a.items() if m > 0 and s in xs}
+        while True:
+            more = {d for (s, d), m in b.items() if m > 0 and s in grown and s in xs} - grown
+            if not more:
+                break
+            grown |= more
+        return Counter({(n,): 1 for n in grown})
+
+    assert_matches(got, ref_iterate(roots, step, lat, others=[e1, e2]))
+
+
+def test_non_converging_body_raises(spark):
+    roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
+    with pytest.raises(IterationLimitExceeded) as err:
+        roots.dd_iterate(lambda d: d.select((F.col("x") + 1).alias("x"), "time", "diff").dd_distinct(), max_iterations=4)
+    assert err.value.iterations == 4 and err.value.changing > 0
+    assert "max_iterations=4" in str(err.value)
+
+
+def test_body_schema_mismatch(spark):
+    roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
+    with pytest.raises(SchemaMismatchError, match="same columns"):
+        roots.dd_iterate(lambda d: d.select(F.col("x").alias("y"), "time", "diff"))
+    with pytest.raises(SchemaMismatchError, match="cast it"):
+        roots.dd_iterate(lambda d: d.select(F.col("x").cast("int").alias("x"), "time", "diff"))
+    other = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
+    with pytest.raises(IterationError, match="derived from its argument"):
+        roots.dd_iterate(lambda d: other)
+
+
+def test_body_must_call_same_operators(spark):
+    roots = spark.createDataFrame([(0, 0, 1), (1, 0, 1)], "x long, time long, diff long")
+    calls = []
+
+    def body(d):
+        calls.append(1)
+        nxt = d.select(F.least(F.col("x") + 1, F.lit(3)).alias("x"), "time", "diff")
+        out = nxt.dd_concat(d).dd_distinct()
+        return out.dd_distinct() if len(calls) == 2 else out
+
+    with pytest.raises(IterationError, match="same operators in the same order"):
+        roots.dd_iterate(body)
+
+
+def test_progress_is_logged(spark, caplog):
+    roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
+    with caplog.at_level(logging.INFO, logger="spark_differential.iterate"):
+        out = roots.dd_iterate(
+            lambda d: d.select(F.least(F.col("x") + 1, F.lit(2)).alias("x"), "time", "diff").dd_concat(d).dd_distinct()
+        )
+    assert sorted(rows_of(out)) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
+    msgs = [r.getMessage() for r in caplog.records if "dd_iterate: iteration" in r.getMessage()]
+    assert msgs and msgs[-1].endswith("s)") and " 0 changes" in msgs[-1]
