@@ -122,13 +122,15 @@ def asof_pairs_sql(p: JoinParams, A: str, B: str) -> str:
     cond = p.ttype.sql_leq(bt, at)
     if p.strict:
         cond += " AND NOT (" + " AND ".join(f"{x} = {y}" for x, y in zip(bt, at)) + ")"
-    group = [*[f"pc.{c}" for c in [*k, *a, *t]], "pc._d", *[f"qc.{c}" for c in b]]
+    group = [*[f"pc.{c}" for c in [*k, *a]], *[f"qc.{c}" for c in b], *at]
+    # old and new updates are consolidated separately: inside an iteration the result is
+    # the bilinear difference ΔA ⋈ B + A_old ⋈ ΔB, so an update's flag must stay its own
     return (
-        f"WITH pc AS (SELECT {csv([*k, *a, *t])}, sum(_d)::BIGINT AS _d, bool_or({NEW}) AS {NEW} FROM {A} GROUP BY ALL HAVING sum(_d) <> 0), "
-        f"qc AS (SELECT {csv([*k, *b, *t])}, sum(_d)::BIGINT AS _d, bool_or({NEW}) AS {NEW} FROM {B} GROUP BY ALL HAVING sum(_d) <> 0) "
-        f"SELECT {csv([*[f'pc.{c}' for c in [*k, *a]], *[f'qc.{c}' for c in b], *at])}, "
-        f"(pc._d * sum(qc._d))::BIGINT AS _d FROM pc JOIN qc ON {key_eq(k, 'pc', 'qc')} AND {cond} "
-        f"WHERE pc.{NEW} OR qc.{NEW} GROUP BY {csv(group)} HAVING sum(qc._d) <> 0"
+        f"WITH pc AS (SELECT {csv([*k, *a, *t])}, {NEW}, sum(_d)::BIGINT AS _d FROM {A} GROUP BY ALL HAVING sum(_d) <> 0), "
+        f"qc AS (SELECT {csv([*k, *b, *t])}, {NEW}, sum(_d)::BIGINT AS _d FROM {B} GROUP BY ALL HAVING sum(_d) <> 0) "
+        f"SELECT {csv(group)}, sum(pc._d * qc._d)::BIGINT AS _d "
+        f"FROM pc JOIN qc ON {key_eq(k, 'pc', 'qc')} AND {cond} "
+        f"WHERE pc.{NEW} OR qc.{NEW} GROUP BY {csv(group)} HAVING sum(pc._d * qc._d) <> 0"
     )
 
 
@@ -149,7 +151,13 @@ def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
     has_old = (not _all_true(A.column(NEW))) or (not _all_true(B.column(NEW)))
     if p.mode == "asof":
         return _asof(p, A, B, has_old)
-    if p.ttype.is_total():
+    side = _blip_side(p, A, B, has_old)
+    if side is not None:
+        sql = _union_consolidated(
+            [blip_sql(p, "$A", "$B", "A") if side == "A" else blip_sql(p, "$B", "$A", "B")],
+            [*keys(p.nkeys), *names("_a", p.na), *names("_b", p.nb), *times(p.ttype.width)],
+        )
+    elif p.ttype.is_total():
         sql = join_total_sql(p, "$A", "$B", has_old)
     else:
         sql = join_pairs_sql(p, "$A", "$B")
@@ -163,6 +171,58 @@ def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
             f"SELECT {csv(cols)}, -_d AS _d FROM ({sql}) AS _s) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
         )
     return duck.query(sql, {"A": A, "B": B})
+
+
+def is_blip_stream(table: str, p: JoinParams, prefix: str, ndata: int) -> str:
+    """SQL counting violations of *pure blip form* in ``table`` (AltNeu time, last leaf = neu).
+
+    A pure blip stream (what ``differentiate`` makes) has, for every (key, data, time),
+    an ``alt`` update exactly cancelled by a ``neu`` update and nothing else: it
+    accumulates to something only at the instants ``alt(t)``.
+    """
+    k, d, t = keys(p.nkeys), names(prefix, ndata), times(p.ttype.width)
+    inner, neu = t[:-1], t[-1]
+    cols = [*k, *d, *inner]
+    return (
+        f"SELECT count(*) AS bad FROM (SELECT {csv(cols)}, sum(_d) AS s, "
+        f"count(*) FILTER (WHERE {neu} = 0) AS na, count(*) AS c FROM "
+        f"(SELECT {csv([*k, *d, *t])}, sum(_d)::BIGINT AS _d FROM {table} GROUP BY ALL HAVING sum(_d) <> 0) AS _c "
+        f"GROUP BY {csv(cols)}) AS _g WHERE s <> 0 OR na <> 1 OR c <> 2"
+    )
+
+
+def blip_sql(p: JoinParams, blips: str, other: str, blip_side: str) -> str:
+    """Join of a pure blip stream with any collection, by lookups only.
+
+    Each blip's ``alt`` update meets ``other`` accumulated at ``alt(t)``; the full
+    bilinear join then has exactly those rows at ``alt(t)`` and their negations at
+    ``neu(t)`` (pairs with any other time cancel).  The blip stream is only ever
+    *streamed* through the lookup, never arranged into segments.
+    """
+    a, b = names("_a", p.na), names("_b", p.nb)
+    w = p.ttype.width
+    t = times(w)
+    alt = f"(SELECT * FROM {blips} WHERE {t[-1]} = 0)"
+    mine, theirs = (a, b) if blip_side == "A" else (b, a)
+    q = stab_sql(alt, other, p.nkeys, mine, theirs, w, strict=False, out_data=[*a, *b])
+    cols = [*keys(p.nkeys), *a, *b]
+    neu = [*t[:-1], f"1 AS {t[-1]}"]
+    return (
+        f"SELECT {csv([*cols, *t])}, _d FROM ({q}) AS _h UNION ALL "
+        f"SELECT {csv([*cols, *neu])}, -_d AS _d FROM ({q}) AS _h2"
+    )
+
+
+def _blip_side(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> str | None:
+    """Which input (if any) is a pure blip stream, so that the other alone is arranged."""
+    from ..lattice import AltNeu
+
+    if has_old or not isinstance(p.ttype, AltNeu) or not p.ttype.is_total():
+        return None
+    for side, table, prefix, n in (("A", A, "_a", p.na), ("B", B, "_b", p.nb)):
+        if table.num_rows and duck.query(is_blip_stream("$X", p, prefix, n), {"X": table}).column("bad")[0].as_py() == 0:
+            return side
+    return None
 
 
 def _asof(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
@@ -190,6 +250,6 @@ def _all_true(col: pa.ChunkedArray) -> bool:
 
 
 def _empty_out(p: JoinParams) -> pa.Table:
-    cols = [*keys(p.nkeys), *names("_a", p.na)] + (names("_b", p.nb) if p.mode == "join" else [])
+    cols = [*keys(p.nkeys), *names("_a", p.na)] + (names("_b", p.nb) if p.mode in ("join", "asof") else [])
     fields = [pa.field(c, pa.null()) for c in cols] + [pa.field(c, pa.int64()) for c in times(p.ttype.width)]
     return pa.schema([*fields, pa.field("_d", pa.int64())]).empty_table()
