@@ -27,6 +27,7 @@ from .operators.linear import dd_concat, dd_negate
 from .operators.reduce import dd_count, dd_distinct, dd_max, dd_min, dd_reduce, dd_sum, dd_threshold
 from .registration import register
 from .session import session
+from .sql import sql
 
 __version__ = "0.1.0"
 
@@ -87,5 +88,6 @@ __all__ = [
     "from_snapshots",
     "from_upserts",
     "session",
+    "sql",
     *METHODS,
 ]
