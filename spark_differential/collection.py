@@ -303,21 +303,28 @@ def from_upserts(
     for c in data:
         if c in (TIME, DIFF) or c.startswith(RESERVED_PREFIX):
             raise ReservedNameError(f"{op}: rename the data column `{c}` (it clashes with `time`/`diff`/`_sd_`)")
-    t = F.col(time)
-    rows = df.where(t.isNotNull())
-    live = rows if deleted is None else rows.where(~F.coalesce(F.col(deleted), F.lit(False)))
-    counts = live.groupBy(*data, time).agg(F.count(F.lit(1)).alias("_sd_c"))
-    moments = rows.select(*keys, t.alias("_sd_t")).distinct()
-    w = Window.partitionBy(*keys).orderBy("_sd_t")
-    nxt = moments.select(*[F.col(k).alias(f"_sd_k{i}") for i, k in enumerate(keys)], "_sd_t",
-                         F.lead("_sd_t").over(w).alias("_sd_next"))
-    cond = [counts[k].eqNullSafe(nxt[f"_sd_k{i}"]) for i, k in enumerate(keys)] + [counts[time] == nxt["_sd_t"]]
-    joined = counts.join(nxt, cond)
-    plus = joined.select(*data, F.col(time).alias(TIME), F.col("_sd_c").alias(DIFF))
-    minus = joined.where(F.col("_sd_next").isNotNull()).select(
-        *data, F.col("_sd_next").alias(TIME), (-F.col("_sd_c")).alias(DIFF)
+    values = [c for c in data if c not in keys]
+    # one shuffle: everything below is partition-local once rows are partitioned by key
+    rows = df.where(F.col(time).isNotNull()).repartition(*[F.col(k) for k in keys])
+    value = F.struct(*[F.col(c) for c in values]) if values else F.lit(True)
+    if deleted is not None:
+        value = F.when(~F.coalesce(F.col(deleted), F.lit(False)), value)
+    now = rows.groupBy(*keys, time).agg(F.collect_list(value).alias("_sd_now"))  # nulls (deletions) dropped
+    w = Window.partitionBy(*keys).orderBy(time)
+    now = now.select(*keys, time, "_sd_now", F.lag("_sd_now").over(w).alias("_sd_prev"))
+    prev = F.coalesce(F.col("_sd_prev"), F.slice(F.col("_sd_now"), 1, 0))  # [] at the key's first time
+    sign = F.concat(
+        F.transform(F.col("_sd_now"), lambda x: F.struct(x.alias("v"), F.lit(1).cast("long").alias("d"))),
+        F.transform(prev, lambda x: F.struct(x.alias("v"), F.lit(-1).cast("long").alias("d"))),
     )
-    return _consolidate_spark(plus.unionByName(minus), data)
+    steps = now.select(*keys, F.col(time).alias(TIME), F.explode(sign).alias("_sd_s"))
+    summed = (
+        steps.groupBy(*keys, F.col("_sd_s.v").alias("_sd_v"), TIME)
+        .agg(F.sum("_sd_s.d").cast("long").alias(DIFF))
+        .where(F.col(DIFF) != 0)
+    )
+    cols = [F.col(c) if c in keys else F.col("_sd_v").getField(c).alias(c) for c in data]
+    return summed.select(*cols, TIME, DIFF)
 
 
 def time_leaf_names(width: int, prefix: str = "_sd_t") -> list[str]:

@@ -17,11 +17,21 @@ from .errors import SparkDifferentialError
 _MARK = "__spark_differential__"
 
 
+def _connect_available() -> bool:
+    import importlib.util
+
+    # importing pyspark's Connect modules without its gRPC dependencies prints warnings
+    return all(importlib.util.find_spec(m) is not None for m in ("grpc", "grpc_status", "google.protobuf"))
+
+
 def _dataframe_classes() -> list[type]:
     from pyspark.sql import DataFrame
 
     classes: list[type] = [DataFrame]
-    for mod, name in (("pyspark.sql.classic.dataframe", "DataFrame"), ("pyspark.sql.connect.dataframe", "DataFrame")):
+    modules = [("pyspark.sql.classic.dataframe", "DataFrame")]
+    if _connect_available():
+        modules.append(("pyspark.sql.connect.dataframe", "DataFrame"))
+    for mod, name in modules:
         try:
             module = __import__(mod, fromlist=[name])
             classes.append(getattr(module, name))
