@@ -85,6 +85,15 @@ def buckets(spark: Any) -> int:
     return max(1, parts * factor)
 
 
+def key_hash(cols: Sequence[Column]) -> Column:
+    """The 64-bit hash of key columns that decides their bucket (shared with dd_arrange)."""
+    return F.xxhash64(*cols) if cols else F.lit(0).cast("long")
+
+
+def bucket_of(khash: Column, nbuckets: int) -> Column:
+    return F.pmod(khash, F.lit(nbuckets)).cast("int")
+
+
 def prepare(inp: Input, nbuckets: int) -> DataFrame:
     """Rename to kernel names, encode the time, add the bucket column."""
     tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
@@ -95,8 +104,8 @@ def prepare(inp: Input, nbuckets: int) -> DataFrame:
     knames = keys(len(inp.keys))
     dnames = names(inp.prefix, len(inp.data))
     hcols = kcols if inp.hash_cols is None else [F.col(c) for c in inp.hash_cols]
-    khash = F.xxhash64(*hcols) if hcols else F.lit(0).cast("long")
-    bucket = F.pmod(khash, F.lit(nbuckets)).cast("int")
+    khash = key_hash(hcols)
+    bucket = bucket_of(khash, nbuckets)
     new = inp.new if inp.new is not None else F.lit(True)
     return inp.df.select(
         bucket.alias(BUCKET),
