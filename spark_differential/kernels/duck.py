@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from string import Template
 from typing import Any
@@ -50,7 +50,7 @@ def cols(names: Sequence[str], prefix: str = "") -> str:
     return ", ".join(p + quote(n) for n in names)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _template(name: str) -> Template:
     text = resources.files("spark_differential._sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
     # drop comment lines so templates can document themselves

@@ -165,16 +165,20 @@ def _func_snapshots(p: ReduceParams, alive: pa.Table) -> pa.Table:
         return _empty_snapshots(p, alive)
     alive = alive.sort_by([(c, "ascending") for c in [*k, *t]])
     pdf = alive.to_pandas()
+    # keys, times and next times are read from Arrow, not pandas: pandas turns an int64
+    # column with nulls (a key's last time has no next time; a null key) into float64
+    exact = {c: alive.column(c).to_pylist() for c in [*k, *t, *n]}
     group_cols = [*k, *t]
     pieces: list[dict[str, Any]] = []
-    for gkey, g in pdf.groupby(group_cols, sort=False, dropna=False):
-        gkey = gkey if isinstance(gkey, tuple) else (gkey,)
-        key_vals, tleaves = gkey[: p.nkeys], tuple(int(x) for x in gkey[p.nkeys :])
+    for _, g in pdf.groupby(group_cols, sort=False, dropna=False):
+        i0 = int(g.index[0])
+        key_vals = tuple(exact[c][i0] for c in k)
+        tleaves = tuple(int(exact[c][i0]) for c in t)
         rows = g[[*k, *a, "_d"]].rename(columns=dict(zip([*k, *a, "_d"], [*p.key_names, *p.data_names, "diff"])))
         res = call_func(p, key_vals, tleaves, rows.reset_index(drop=True))
         if res is None:
             continue
-        nvals = g.iloc[0][n].tolist()
+        nvals = [exact[c][i0] for c in n]
         for vals, m in res:
             row = dict(zip(k, key_vals)) | dict(zip(outs, vals)) | dict(zip(t, tleaves)) | dict(zip(n, nvals)) | {"_m": m}
             pieces.append(row)

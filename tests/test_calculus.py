@@ -1,0 +1,184 @@
+"""Seed 003's calculus through Spark: ``differentiate`` / ``integrate`` and as-of joins.
+
+* ``integrate(differentiate(x))`` gives back exactly the updates of ``x`` (no "up to
+  a constant"), for integer, date, timestamp and struct times.
+* ``dd_asof_join`` (``method="kernel"`` and ``method="calculus"``; ``how`` inner and
+  left; ``strict`` or not) equals the oracle's direct definition ``ref_asof_join``
+  when prices are a changing collection with retractions, and equals DuckDB's
+  ``ASOF [LEFT] JOIN`` on plain tables (prices built with ``sd.from_upserts``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections import Counter
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pytest
+from helpers import cases, rows_of
+from oracle import Coll, Product, Total, assert_updates_equal, ref_asof_join, ref_differentiate, ref_integrate
+from pyspark.sql import types as T
+from spark_support import coll_df, collect_many, micros_time, sdf
+
+import spark_differential as sd
+
+P2 = Product([Total(), Total()])
+
+
+# ---------------------------------------------------------------------------------
+# differentiate / integrate
+
+
+def test_integrate_differentiate_roundtrip_int_and_struct(spark) -> None:
+    nested = Product([Total(), Product([Total(), Total()])])
+    for lat in (Total(), P2, nested):
+        c = cases(3, 10, ["x", "y"], 8, lat)
+        df = sdf(spark, c, lat)
+        d = df.differentiate()
+        assert d.schema["time"].dataType.simpleString() == f"struct<time:{df.schema['time'].dataType.simpleString()},neu:boolean>"
+        back = d.integrate()
+        assert back.columns == df.columns
+        assert back.schema["time"].dataType.simpleString() == df.schema["time"].dataType.simpleString()
+        got_d, got_back = rows_of(d.dd_consolidate()), rows_of(back)
+        # exactly the same updates, row for row (not only the same accumulations)
+        assert Counter(got_back) == Counter(c.updates), lat
+        assert_updates_equal(got_d, ref_differentiate(c, lat)[0].updates)
+        assert_updates_equal(ref_integrate(ref_differentiate(c, lat)[0]).updates, c.updates)
+
+
+def test_integrate_differentiate_roundtrip_dates_and_timestamps(spark) -> None:
+    c = cases(4, 10, ["x"], 8, Total(), time_range=(-3, 9))
+    day0 = dt.date(2023, 12, 30)
+    ts0 = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    dates = Coll(c.cols, [(d, day0 + dt.timedelta(days=t), r) for d, t, r in c.updates])
+    stamps = Coll(c.cols, [(d, ts0 + dt.timedelta(seconds=t, microseconds=7), r) for d, t, r in c.updates])
+    ddf = coll_df(spark, dates, T.DateType())
+    back = ddf.differentiate().integrate()
+    assert back.schema["time"].dataType == T.DateType()
+    assert Counter(rows_of(back)) == Counter(dates.updates)
+    tdf = coll_df(spark, stamps, T.TimestampType())
+    back_t = tdf.differentiate().integrate()
+    assert back_t.schema["time"].dataType == T.TimestampType()
+    expected = Counter((d, t * 1_000_000 + 7, r) for d, t, r in c.updates)
+    assert Counter(rows_of(micros_time(back_t))) == expected
+
+
+def test_differentiate_by_hand(spark) -> None:
+    df = spark.createDataFrame([("bacon", 5, 2)], "item string, time long, diff long")
+    assert sorted(rows_of(df.differentiate())) == [(("bacon",), (5, False), 2), (("bacon",), (5, True), -2)]
+    assert rows_of(df.dd_delay()) == [(("bacon",), (5, True), 2)]
+
+
+# ---------------------------------------------------------------------------------
+# as-of joins against the oracle
+
+
+def _price_history(rng: random.Random, lat: Any, n_cases: int) -> Coll:
+    """Random prices with retractions whose accumulation is never negative.
+
+    Every retraction ``(p, t2, -1)`` follows an insertion ``(p, t1, +1)`` with ``t1 <= t2``.
+    """
+    ups = []
+    for case in range(n_cases):
+        for _ in range(rng.randint(0, 6)):
+            d = (case, rng.randrange(3), rng.randrange(5))  # (case, item, price)
+            t1 = lat.random(rng, 0, 4)
+            m = rng.choice([1, 1, 2])
+            ups.append((d, t1, m))
+            if rng.random() < 0.6:
+                t2 = lat.join(t1, lat.random(rng, 0, 5))
+                ups.append((d, t2, -m))
+    return Coll(("case", "item", "price"), ups)
+
+
+ALL_VARIANTS = [(m, how, strict) for m in ("kernel", "calculus") for how in ("inner", "left") for strict in (False, True)]
+# the calculus form costs three operators for how="left"; two of its variants suffice
+# where another test runs all of them
+SOME_VARIANTS = [v for v in ALL_VARIANTS if v[0] == "kernel"] + [("calculus", "inner", True), ("calculus", "left", False)]
+
+
+@pytest.mark.parametrize("name", ["int", "product2"])
+def test_asof_join_vs_oracle(spark, name: str) -> None:
+    lat = Total() if name == "int" else P2
+    VARIANTS = ALL_VARIANTS if name == "int" else SOME_VARIANTS  # noqa: N806
+    rng = random.Random(21 if name == "int" else 22)
+    prices = _price_history(rng, lat, 25)
+    orders = cases(23, 25, ["item", "who"], 8, lat, time_range=(0, 5))  # diffs of both signs
+    do, dp = sdf(spark, orders, lat), sdf(spark, prices, lat)
+    on = ["case", "item"]
+    outs = [do.dd_asof_join(dp, on=on, how=how, strict=strict, method=m) for m, how, strict in VARIANTS]
+    for out in outs:
+        assert out.columns == ["case", "item", "who", "price", "time", "diff"]
+        assert out.schema["time"].dataType.simpleString() == do.schema["time"].dataType.simpleString()
+    for got, (m, how, strict) in zip(collect_many(outs), VARIANTS):
+        expected = ref_asof_join(orders, prices, on, lat, strict=strict, how=how)
+        try:
+            assert_updates_equal(got, expected.updates)
+        except AssertionError as e:
+            raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
+
+
+def test_asof_join_null_keys(spark) -> None:
+    lat = Total()
+    orders = Coll(("item", "who"), [(("a", 1), 3, 1), ((None, 2), 3, 1), (("b", 3), 0, 1)])
+    prices = Coll(("item", "price"), [(("a", 5), 1, 1), ((None, 6), 1, 1), (("b", 7), 1, 1)])
+    types = {"item": T.StringType()}
+    do, dp = sdf(spark, orders, lat, types), sdf(spark, prices, lat, types)
+    variants = [("kernel", "inner"), ("kernel", "left"), ("calculus", "left")]
+    outs = [do.dd_asof_join(dp, on="item", how=how, method=m) for m, how in variants]
+    for got, (m, how) in zip(collect_many(outs), variants):
+        assert_updates_equal(got, ref_asof_join(orders, prices, "item", lat, how=how).updates)
+        if how == "left":
+            assert ((None, 2, None), 3, 1) in got, m
+
+
+# ---------------------------------------------------------------------------------
+# as-of joins against DuckDB's ASOF JOIN
+
+
+def _duck_asof(orders: pd.DataFrame, history: pd.DataFrame, how: str, strict: bool) -> Counter:
+    con = duckdb.connect()
+    con.register("orders", orders)
+    con.register("prices", history)
+    join = "ASOF LEFT JOIN" if how == "left" else "ASOF JOIN"
+    op = ">" if strict else ">="
+    rows = con.sql(
+        f"SELECT o.item, o.who, p.price, o.ts FROM orders o {join} prices p ON o.item = p.item AND o.ts {op} p.ts"
+    ).fetchall()
+    con.close()
+    return Counter((item, who, None if price is None else int(price), int(ts)) for item, who, price, ts in rows)
+
+
+def test_asof_join_vs_duckdb(spark) -> None:
+    rng = random.Random(5)
+    items = [f"item{i}" for i in range(12)]
+    hist_rows = []
+    for item in items[:10]:  # two items never get a price
+        for ts in sorted(rng.sample(range(0, 400), rng.randint(1, 12))):  # unique timestamps per item
+            hist_rows.append((item, rng.randrange(1, 100), ts))
+    order_rows = [(rng.choice(items), rng.randrange(50), rng.randrange(-5, 420)) for _ in range(600)]
+    history = pd.DataFrame(hist_rows, columns=["item", "price", "ts"])
+    orders_pd = pd.DataFrame(order_rows, columns=["item", "who", "ts"])
+    prices = sd.from_upserts(spark.createDataFrame(history).coalesce(1), key="item", time="ts")
+    orders = sd.collection(spark.createDataFrame(orders_pd).coalesce(1), time="ts")
+    variants = [v for v in ALL_VARIANTS if v[0] == "kernel"] + [("calculus", "inner", False), ("calculus", "left", True)]
+    outs = [orders.dd_asof_join(prices, on="item", how=how, strict=strict, method=m) for m, how, strict in variants]
+    for got, (m, how, strict) in zip(collect_many(outs), variants):
+        assert all(r > 0 for _, _, r in got)
+        ours = Counter({(*d, t): r for d, t, r in got})
+        theirs = _duck_asof(orders_pd, history, how, strict)
+        assert ours == theirs, f"method={m} how={how} strict={strict}: {sorted((ours - theirs).items())[:5]} / {sorted((theirs - ours).items())[:5]}"
+
+
+def test_asof_join_prices_without_orders(spark) -> None:
+    """Key buckets holding prices but no orders (the kernel then sees no orders at all)."""
+    lat = Total()
+    orders = Coll(("item", "who"), [((0, 1), 5, 1)])
+    prices = Coll(("item", "price"), [((i, 10 * i), 1, 1) for i in range(40)])
+    do, dp = sdf(spark, orders, lat), sdf(spark, prices, lat)
+    outs = [do.dd_asof_join(dp, on="item", how=how) for how in ("inner", "left")]
+    for got in collect_many(outs):
+        assert_updates_equal(got, [((0, 1, 0), 5, 1)])

@@ -1,0 +1,298 @@
+"""Kernel-level tests against the oracle, without Spark.
+
+The kernels (``spark_differential.kernels``) are plain functions over Arrow tables
+in positional internal names.  Each test builds those tables from random oracle
+collections (tests/kernel_support.py), calls the kernel directly and compares the
+rows with the brute-force oracle (tests/oracle.py), exactly (consolidated form).
+
+Inside an iteration a kernel sees old updates (its trace, ``_new = False``) and
+new ones (``_new = True``) and must return ``F(old + new) − F(old)``; for the
+bilinear join that is ``(A_old + ΔA) ⋈ (B_old + ΔB) − A_old ⋈ B_old``.  The
+``in_loop`` draws check that against the oracle evaluated on both and subtracted.
+
+Covered: consolidate (random frontiers), join / semijoin / antijoin, as-of join
+(inner / left / strict), reduce count / sum / min / max / user func, threshold /
+distinct, for integer, 2- and 3-field product, nested product, AltNeu(int) and
+AltNeu(product) times.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_support import LATTICES, difference, kernel_table, lib_type, split, to_leaves, updates_of
+from oracle import (
+    Coll,
+    assert_updates_equal,
+    ref_antijoin,
+    ref_asof_join,
+    ref_consolidate,
+    ref_count,
+    ref_distinct,
+    ref_join,
+    ref_max,
+    ref_min,
+    ref_reduce,
+    ref_semijoin,
+    ref_sum,
+    ref_threshold,
+    st_coll,
+    st_frontier,
+)
+
+from spark_differential.kernels import consolidate as kcons
+from spark_differential.kernels import join as kjoin
+from spark_differential.kernels import reduce as kreduce
+
+NAMES = list(LATTICES)
+# SD_HYPOTHESIS_EXAMPLES=500 for a deeper (slower) search
+SETTINGS = settings(max_examples=int(os.environ.get("SD_HYPOTHESIS_EXAMPLES", "30")), deadline=None)
+TIMES = (0, 4)
+
+
+def _coll(data: st.DataObject, cols: tuple[str, ...], lat: Any, max_size: int = 10, nulls: bool = False) -> Coll:
+    c = data.draw(st_coll(cols, lat, max_size=max_size, time_range=TIMES))
+    if nulls:  # value 0 of the last column becomes a null
+        c = Coll(c.cols, [((*d[:-1], None if d[-1] == 0 else d[-1]), t, r) for d, t, r in c.updates])
+    return c
+
+
+def _loop_input(data: st.DataObject, c: Coll, in_loop: bool) -> tuple[Coll, list[bool]]:
+    """``c`` with ``_new`` flags: all new outside a loop; inside, random flags, and some
+    updates repeated with the other flag so that old and new share ``(data, time)``."""
+    n = len(c.updates)
+    if not in_loop:
+        return c, [True] * n
+    flags = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    if n:
+        again = data.draw(st.lists(st.integers(0, n - 1), max_size=3))
+        diffs = data.draw(st.lists(st.sampled_from([-1, 1, 2]), min_size=len(again), max_size=len(again)))
+        c = Coll(c.cols, [*c.updates, *[(c.updates[i][0], c.updates[i][1], r) for i, r in zip(again, diffs)]])
+        flags = [*flags, *[not flags[i] for i in again]]
+    return c, flags
+
+
+def _reference(ref: Any, colls: list[Coll], flags: list[list[bool]], in_loop: bool) -> Coll:
+    """``ref(*colls)``, or inside a loop ``ref(*colls) − ref(*old parts)``."""
+    full = ref(*colls)
+    if not in_loop:
+        return full
+    old = [split(c, f)[0] for c, f in zip(colls, flags)]
+    return difference(full, ref(*old))
+
+
+# ---------------------------------------------------------------------------------
+# consolidate
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_consolidate(name: str, data: st.DataObject) -> None:
+    lat = LATTICES[name]
+    c = _coll(data, ("x", "y"), lat, max_size=14)
+    fr = data.draw(st.none() | st_frontier(lat, *TIMES))
+    params = kcons.ConsolidateParams(2, lib_type(lat), None if fr is None else tuple(to_leaves(lat, f) for f in fr))
+    out = kcons.consolidate(params, kernel_table(c, lat))
+    assert_updates_equal(updates_of(out, ["_a0", "_a1"], lat), ref_consolidate(c, lat, fr).updates)
+
+
+# ---------------------------------------------------------------------------------
+# joins
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_join_modes(name: str, data: st.DataObject) -> None:
+    lat = LATTICES[name]
+    mode = data.draw(st.sampled_from(["join", "semijoin", "antijoin"]))
+    two_keys = data.draw(st.booleans())
+    in_loop = data.draw(st.booleans())
+    on = ["k", "j"] if two_keys else ["k"]
+    a, fa = _loop_input(data, _coll(data, (*on, "x"), lat), in_loop)
+    b, fb = _loop_input(data, _coll(data, (*on, "y"), lat), in_loop)
+    A = kernel_table(a, lat, on, new=fa)
+    b_data = ["y"] if mode == "join" else []
+    B = kernel_table(b, lat, on, data=b_data, prefix="_b", new=fb)
+    p = kjoin.JoinParams(len(on), 1, len(b_data), lib_type(lat), mode)
+    out = kjoin.join(p, A, B)
+    keys = [f"_k{i}" for i in range(len(on))]
+    if mode == "join":
+        got = updates_of(out, [*keys, "_a0", "_b0"], lat)
+        expected = _reference(lambda x, y: ref_join(x, y, on, lat), [a, b], [fa, fb], in_loop)
+    else:
+        got = updates_of(out, [*keys, "_a0"], lat)
+        ref = ref_semijoin if mode == "semijoin" else ref_antijoin
+        expected = _reference(lambda x, y: ref(x, y, on, lat), [a, b], [fa, fb], in_loop)
+    assert_updates_equal(got, expected.updates)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_asof_join(name: str, data: st.DataObject) -> None:
+    lat = LATTICES[name]
+    strict = data.draw(st.booleans())
+    left = data.draw(st.booleans())
+    in_loop = not left and data.draw(st.booleans())  # how="left" is not offered inside loops
+    orders, fa = _loop_input(data, _coll(data, ("k", "x"), lat), in_loop)
+    prices, fb = _loop_input(data, _coll(data, ("k", "y", "z"), lat), in_loop)
+    A = kernel_table(orders, lat, ["k"], new=fa)
+    B = kernel_table(prices, lat, ["k"], prefix="_b", new=fb)
+    p = kjoin.JoinParams(1, 1, 2, lib_type(lat), "asof", strict=strict, left=left)
+    out = kjoin.join(p, A, B)
+    how = "left" if left else "inner"
+    expected = _reference(
+        lambda o, q: ref_asof_join(o, q, "k", lat, strict=strict, how=how), [orders, prices], [fa, fb], in_loop
+    )
+    assert_updates_equal(updates_of(out, ["_k0", "_a0", "_b0", "_b1"], lat), expected.updates)
+
+
+@pytest.mark.parametrize("name", ["int", "product2", "altneu_product2"])
+def test_asof_join_in_loop_shared_rows(name: str) -> None:
+    """An order update that is both in the trace and new (same data and time) counts once per copy."""
+    lat = LATTICES[name]
+    t0, t1 = lat.grid(0, 1)[0], lat.grid(0, 1)[-1]
+    orders = Coll(("k", "x"), [((1, 10), t1, 1), ((1, 10), t1, 1)])
+    prices = Coll(("k", "y"), [((1, 3), t0, 1), ((1, 4), t1, 1), ((1, 4), t1, 1)])
+    fa, fb = [False, True], [False, False, True]
+    A = kernel_table(orders, lat, ["k"], new=fa)
+    B = kernel_table(prices, lat, ["k"], prefix="_b", new=fb)
+    out = kjoin.join(kjoin.JoinParams(1, 1, 1, lib_type(lat), "asof"), A, B)
+    ref = lambda o, q: ref_asof_join(o, q, "k", lat)  # noqa: E731
+    expected = _reference(ref, [orders, prices], [fa, fb], True)
+    # by hand: ΔA ⋈ B_all + A_old ⋈ ΔB = (3 + 2·4) + 4
+    assert sorted(expected.updates) == [((1, 10, 3), t1, 1), ((1, 10, 4), t1, 3)]
+    assert_updates_equal(updates_of(out, ["_k0", "_a0", "_b0"], lat), expected.updates)
+
+
+def test_asof_join_by_hand() -> None:
+    """Prices change at 2 (3 -> 4); orders at 1, 2 and 3, one retracted later."""
+    lat = LATTICES["int"]
+    orders = Coll(("k", "x"), [((1, 10), 1, 1), ((1, 11), 2, 1), ((1, 12), 3, 2), ((2, 13), 3, 1)])
+    prices = Coll(("k", "y"), [((1, 3), 0, 1), ((1, 3), 2, -1), ((1, 4), 2, 1)])
+    A, B = kernel_table(orders, lat, ["k"]), kernel_table(prices, lat, ["k"], prefix="_b")
+    tt = lib_type(lat)
+    got = updates_of(kjoin.join(kjoin.JoinParams(1, 1, 1, tt, "asof"), A, B), ["_k0", "_a0", "_b0"], lat)
+    assert_updates_equal(got, [((1, 10, 3), 1, 1), ((1, 11, 4), 2, 1), ((1, 12, 4), 3, 2)])
+    got = updates_of(kjoin.join(kjoin.JoinParams(1, 1, 1, tt, "asof", strict=True), A, B), ["_k0", "_a0", "_b0"], lat)
+    assert_updates_equal(got, [((1, 10, 3), 1, 1), ((1, 11, 3), 2, 1), ((1, 12, 4), 3, 2)])
+    got = updates_of(kjoin.join(kjoin.JoinParams(1, 1, 1, tt, "asof", left=True), A, B), ["_k0", "_a0", "_b0"], lat)
+    assert_updates_equal(got, [((1, 10, 3), 1, 1), ((1, 11, 4), 2, 1), ((1, 12, 4), 3, 2), ((2, 13, None), 3, 1)])
+
+
+# ---------------------------------------------------------------------------------
+# reductions
+
+
+def _top2(key: tuple, rows: list) -> list:
+    # rows: ((y, x), m) with m > 0
+    return [((v,), 1) for v in sorted({d[1] for d, _ in rows}, reverse=True)[:2]]
+
+
+def _lib_top2(g: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"x": sorted(set(g["x"]), reverse=True)[:2]}).assign(diff=1)
+
+
+def _median(key: tuple, rows: list) -> list:
+    vals = sorted(x for (_y, x), m in rows for _ in range(m))
+    return [((vals[(len(vals) - 1) // 2], len(vals)), 2)]
+
+
+def _lib_median(g: pd.DataFrame) -> pd.DataFrame:
+    vals = sorted(v for v, m in zip(g["x"], g["diff"]) for _ in range(int(m)))
+    return pd.DataFrame({"med": [vals[(len(vals) - 1) // 2]], "n": [len(vals)], "diff": [2]})
+
+
+AGGS = ["count", "sum", "min", "max", "top2", "median"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_reduce(name: str, data: st.DataObject) -> None:
+    lat = LATTICES[name]
+    agg = data.draw(st.sampled_from(AGGS))
+    in_loop = data.draw(st.booleans())
+    nulls = agg in ("count", "sum", "min", "max") and data.draw(st.booleans())
+    global_key = agg == "count" and data.draw(st.booleans())
+    by = [] if global_key else ["k"]
+    c, flags = _loop_input(data, _coll(data, ("k", "y", "x"), lat, max_size=12, nulls=nulls), in_loop)
+    tt = lib_type(lat)
+    # the value column goes first (as the operators arrange it)
+    data_cols = ["x", "y"] if agg != "count" else [c_ for c_ in c.cols if c_ not in by]
+    if global_key:
+        data_cols = ["k", "y", "x"]
+    X = kernel_table(c, lat, by, data=data_cols, new=flags)
+    out_names: tuple[str, ...]
+    func = None
+    if agg == "count":
+        out_names, ref = ("count",), lambda x: ref_count(x, by, lat)
+    elif agg in ("sum", "min", "max"):
+        out_names = ("x",)
+        fn = {"sum": ref_sum, "min": ref_min, "max": ref_max}[agg]
+        ref = lambda x: fn(x, by, "x", lat)  # noqa: E731
+    elif agg == "top2":
+        out_names, func = ("x",), _lib_top2
+        ref = lambda x: ref_reduce(x, ["k"], _top2, lat, ["x"])  # noqa: E731
+    else:
+        out_names, func = ("med", "n"), _lib_median
+        ref = lambda x: ref_reduce(x, ["k"], _median, lat, ["med", "n"])  # noqa: E731
+    p = kreduce.ReduceParams(
+        nkeys=len(by),
+        ndata=len(data_cols),
+        ttype=tt,
+        agg="func" if func else agg,
+        out_types=tuple(pa.int64() for _ in out_names),
+        func=func,
+        key_names=tuple(by),
+        data_names=tuple(data_cols),
+        out_names=out_names,
+    )
+    out = kreduce.reduce(p, X)
+    keys = [f"_k{i}" for i in range(len(by))]
+    got = updates_of(out, [*keys, *[f"_o{i}" for i in range(len(out_names))]], lat)
+    expected = _reference(ref, [c], [flags], in_loop)
+    assert_updates_equal(got, expected.updates)
+
+
+def _halve(m: int) -> int:
+    return m // 2
+
+
+def _lib_square_sign(m: int) -> int:
+    return m * m if m > 0 else -1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(data=st.data())
+def test_threshold_distinct(name: str, data: st.DataObject) -> None:
+    lat = LATTICES[name]
+    which = data.draw(st.sampled_from(["distinct", "halve", "square_sign"]))
+    in_loop = data.draw(st.booleans())
+    c, flags = _loop_input(data, _coll(data, ("x", "y"), lat, max_size=12, nulls=data.draw(st.booleans())), in_loop)
+    func = {"distinct": None, "halve": _halve, "square_sign": _lib_square_sign}[which]
+    p = kreduce.ThresholdParams(2, lib_type(lat), func)
+    out = kreduce.threshold(p, kernel_table(c, lat, new=flags))
+    if func is None:
+        ref = lambda x: ref_distinct(x, lat)  # noqa: E731
+    else:
+        ref = lambda x: ref_threshold(x, func, lat)  # noqa: E731
+    expected = _reference(ref, [c], [flags], in_loop)
+    assert_updates_equal(updates_of(out, ["_a0", "_a1"], lat), expected.updates)
+
+
+def test_distinct_seed000_interesting_time() -> None:
+    """(cat, (0,3)) and (cat, (1,2)): distinct must correct at (1,3)."""
+    lat = LATTICES["product2"]
+    c = Coll(("x",), [((7,), (0, 3), 1), ((7,), (1, 2), 1)])
+    out = kreduce.threshold(kreduce.ThresholdParams(1, lib_type(lat)), kernel_table(c, lat))
+    assert_updates_equal(updates_of(out, ["_a0"], lat), [((7,), (0, 3), 1), ((7,), (1, 2), 1), ((7,), (1, 3), -1)])
