@@ -64,7 +64,7 @@ def bfs(
         return (
             d.dd_join(e, on="node")
             .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), TIME, DIFF)
-            .dd_concat(d)
+            .dd_concat(d, consolidate=False)  # dd_min consolidates its input anyway
             .dd_min(by="node", col="dist")
         )
 
@@ -106,7 +106,7 @@ def reachability(
         return (
             reach.dd_join(e, on="node")
             .select("root", F.col("dst").alias("node"), TIME, DIFF)
-            .dd_concat(reach)
+            .dd_concat(reach, consolidate=False)
             .dd_distinct()
         )
 
@@ -134,7 +134,7 @@ def connected_components(
         return (
             x.dd_join(sym, on="node")
             .select(F.col("dst").alias("node"), "label", TIME, DIFF)
-            .dd_concat(x)
+            .dd_concat(x, consolidate=False)
             .dd_min(by="node", col="label")
         )
 
@@ -195,4 +195,4 @@ def triangles(edges: DataFrame, src: str = "src", dst: str = "dst") -> DataFrame
     # dT/dBC := dBC ⋈ AB ⋈ AC, all concurrent changes visible
     d_bc = rel(d, "b", "c").dd_join(rel(alt, "a", "b"), on="b").dd_semijoin(rel(alt, "a", "c"), on=["a", "c"])
     cols = ["a", "b", "c", TIME, DIFF]
-    return integrate(d_ab.select(*cols).dd_concat(d_ac.select(*cols), d_bc.select(*cols))).dd_consolidate()
+    return integrate(d_ab.select(*cols).dd_concat(d_ac.select(*cols), d_bc.select(*cols)))

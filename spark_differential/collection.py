@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from .errors import (
     DiffTypeError,
     MissingColumnError,
+    NullValueError,
     ReservedNameError,
     SchemaMismatchError,
     TimeTypeError,
@@ -130,14 +131,20 @@ def collection(
     df: DataFrame,
     time: str = TIME,
     diff: str | None = None,
+    check_nulls: bool = True,
 ) -> DataFrame:
     """Validate and name an update DataFrame as a collection.
 
     ``time`` names the column holding each update's time (renamed to ``time``);
     ``diff`` names the multiplicity column (renamed to ``diff`` and cast to
     ``bigint``); when ``diff`` is omitted and there is no ``diff`` column, every row
-    is an insertion (``diff = 1``).  Nulls in ``time`` or ``diff`` fail the job with
-    a clear message rather than being silently dropped.
+    is an insertion (``diff = 1``).
+
+    With ``check_nulls`` (the default) a null ``time`` or ``diff`` raises
+    :class:`NullValueError` here, at the cost of one scan of ``df`` (skipped when
+    the schema says the columns cannot be null).  Without it, or for DataFrames that
+    reach operators without this function, a null fails the job that meets it, with
+    a message naming ``NullValueError``; it is never silently dropped.
 
     >>> import spark_differential as sd
     >>> spark = sd.session()
@@ -185,6 +192,8 @@ def collection(
     for c in data:
         if c.startswith(RESERVED_PREFIX):
             raise ReservedNameError(f"{op}: column `{c}` uses the reserved prefix {RESERVED_PREFIX!r}; rename it")
+    if check_nulls:
+        _check_nulls(df, time, diff_src, op)
     tcol = F.col(time)
     tcol = null_guard(tcol, ttype.encode_column(tcol), "time")
     if diff_src is None:
@@ -192,6 +201,38 @@ def collection(
     else:
         dcol = null_guard(F.col(diff_src).cast("long"), [F.col(diff_src)], "diff")
     return df.select(*[F.col(c) for c in data], tcol.alias(TIME), dcol.alias(DIFF))
+
+
+def _leaf_nulls(col: Column, dtype: T.DataType) -> Column:
+    if isinstance(dtype, T.StructType):
+        cond = col.isNull()
+        for f in dtype.fields:
+            cond = cond | _leaf_nulls(col.getField(f.name), f.dataType)
+        return cond
+    return col.isNull()
+
+
+def _nullable(dtype: T.DataType, nullable: bool) -> bool:
+    if nullable:
+        return True
+    if isinstance(dtype, T.StructType):
+        return any(_nullable(f.dataType, f.nullable) for f in dtype.fields)
+    return False
+
+
+def _check_nulls(df: DataFrame, time: str, diff: str | None, op: str) -> None:
+    schema = df.schema
+    checks = [(time, "time")] + ([(diff, "diff")] if diff else [])
+    for col, what in checks:
+        field = schema[col]
+        if not _nullable(field.dataType, field.nullable):
+            continue
+        if df.where(_leaf_nulls(F.col(col), field.dataType)).limit(1).count():
+            raise NullValueError(
+                f"{op}: column `{col}` (the {what}) has null values; every update needs a {what}. "
+                f"Filter them out or fill them before building the collection "
+                f"(e.g. df.where(F.col('{col}').isNotNull()))."
+            )
 
 
 def _total_time_of(df: DataFrame, col: str, *, op: str) -> TimeType:
@@ -209,7 +250,8 @@ def _total_time_of(df: DataFrame, col: str, *, op: str) -> TimeType:
     return ttype
 
 
-def _consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
+def consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
+    """Sum diffs per (data, time) and drop zeros, as a Spark aggregation."""
     return (
         df.groupBy(*data, TIME)
         .agg(F.sum(DIFF).cast("long").alias(DIFF))
@@ -249,15 +291,16 @@ def from_snapshots(df: DataFrame, version: str = "version") -> DataFrame:
         if c in (TIME, DIFF) or c.startswith(RESERVED_PREFIX):
             raise ReservedNameError(f"{op}: rename the data column `{c}` (it clashes with `time`/`diff`/`_sd_`)")
     v = F.col(version)
-    counts = df.where(v.isNotNull()).groupBy(*data, version).agg(F.count(F.lit(1)).alias("_sd_c"))
-    versions = df.select(v.alias("_sd_v")).where(F.col("_sd_v").isNotNull()).distinct()
+    df = df.withColumn(version, null_guard(v, [v], "version"))
+    counts = df.groupBy(*data, version).agg(F.count(F.lit(1)).alias("_sd_c"))
+    versions = df.select(v.alias("_sd_v")).distinct()
     nxt = versions.select("_sd_v", F.lead("_sd_v").over(Window.orderBy("_sd_v")).alias("_sd_next"))
     joined = counts.join(nxt, counts[version] == nxt["_sd_v"])
     plus = joined.select(*data, F.col(version).alias(TIME), F.col("_sd_c").alias(DIFF))
     minus = joined.where(F.col("_sd_next").isNotNull()).select(
         *data, F.col("_sd_next").alias(TIME), (-F.col("_sd_c")).alias(DIFF)
     )
-    return _consolidate_spark(plus.unionByName(minus), data)
+    return consolidate_spark(plus.unionByName(minus), data)
 
 
 def from_upserts(
@@ -305,7 +348,8 @@ def from_upserts(
             raise ReservedNameError(f"{op}: rename the data column `{c}` (it clashes with `time`/`diff`/`_sd_`)")
     values = [c for c in data if c not in keys]
     # one shuffle: everything below is partition-local once rows are partitioned by key
-    rows = df.where(F.col(time).isNotNull()).repartition(*[F.col(k) for k in keys])
+    tcol = F.col(time)
+    rows = df.withColumn(time, null_guard(tcol, [tcol], "time")).repartition(*[F.col(k) for k in keys])
     value = F.struct(*[F.col(c) for c in values]) if values else F.lit(True)
     if deleted is not None:
         value = F.when(~F.coalesce(F.col(deleted), F.lit(False)), value)

@@ -80,6 +80,23 @@ class EnvironmentError_(SparkDifferentialError, RuntimeError):
     """The environment cannot run Spark (for example, no Java)."""
 
 
+def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
+    """The library error a failed Spark job carries in its message, if any.
+
+    Errors raised inside tasks (a null time caught by the plan's guard, a user
+    function failing in a kernel) reach the driver wrapped in PySpark exceptions;
+    where the library itself runs a job it re-raises them with their own type.
+    """
+    text = str(exc)
+    for cls in (NullValueError, OutputSchemaError, UserFunctionError):
+        marker = f"{cls.__name__}: "
+        at = text.find(marker)
+        if at >= 0:
+            line = text[at + len(marker) :].splitlines()[0].strip()
+            return cls(line)
+    return None
+
+
 __all__ = [
     "CollectionError",
     "DiffTypeError",

@@ -51,8 +51,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .collection import DIFF, TIME, CollectionSchema, inspect
-from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError
+from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
+from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
 from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, time_fields
 from .kernels.common import NEW
 from .lattice import LOOP_OUTER, Loop, TimeType
@@ -74,7 +74,13 @@ def _stack() -> list[LoopContext]:
 
 def _checkpoint(df: DataFrame) -> DataFrame:
     """Materialise ``df`` on the executors and cut its lineage."""
-    return df.localCheckpoint(eager=True)
+    try:
+        return df.localCheckpoint(eager=True)
+    except Exception as e:
+        mine = from_job_failure(e)
+        if mine is not None:
+            raise mine from e
+        raise
 
 
 def _cache(df: DataFrame) -> DataFrame:
@@ -207,7 +213,7 @@ def _strip(df: DataFrame, cs: CollectionSchema) -> DataFrame:
 
 
 def _consolidate(df: DataFrame, data: Sequence[str]) -> DataFrame:
-    return df.groupBy(*data, TIME).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    return consolidate_spark(df, data)
 
 
 def _stamp(df: DataFrame, data: Sequence[str], loop_t: Loop, iteration: int, time_col: Any = None) -> DataFrame:
@@ -300,9 +306,8 @@ def stateful_in_loop(
     result = finish(out, out_columns, kernel_type)
     loop_t = Loop(kernel_type, ctx.loop_id)
     data = [user for _, user in out_columns]
-    # computed once, when the iteration's result is materialised; released after it
-    result = _cache(_stamp(result, data, loop_t, ctx.iteration, time_col=F.col(TIME)))
-    ctx.transient.append(result)
+    # computed when the iteration's result is materialised (consumers cache what they keep)
+    result = _stamp(result, data, loop_t, ctx.iteration, time_col=F.col(TIME))
     for j, new in pending:
         batches = slot.traces.setdefault(j, [])
         batches.append(new.withColumn(NEW, F.lit(False)))

@@ -89,7 +89,14 @@ def test_collection_diff_defaults(spark) -> None:
     ],
 )
 def test_collection_nulls_fail_the_job(spark, rows: list, schema: str, kwargs: dict, what: str) -> None:
-    c = sd.collection(spark.createDataFrame(rows, schema), **kwargs)  # no job yet: the check is lazy
+    from spark_differential.errors import NullValueError
+
+    df = spark.createDataFrame(rows, schema)
+    # by default sd.collection checks eagerly and raises the named error
+    with pytest.raises(NullValueError, match=f"the {what}"):
+        sd.collection(df, **kwargs)
+    # without the check, the plan's guard fails the job that meets the null
+    c = sd.collection(df, check_nulls=False, **kwargs)
     with pytest.raises(Exception) as info:
         c.collect()
     assert "NullValueError" in str(info.value)

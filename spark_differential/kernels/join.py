@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..lattice import TimeType
 from . import duck
-from .common import NEW, csv, hash_of, key_eq, keys, names, times, window
+from .common import NEW, csv, key_eq, keys, names, times
+from .stab import stab
 
 
 @dataclass(frozen=True)
@@ -34,62 +36,40 @@ class JoinParams:
     left: bool = False  # asof: keep updates of A that meet nothing, with nulls for B's columns
 
 
-def stab_sql(
-    P: str,
-    Q: str,
-    nkeys: int,
-    p_data: Sequence[str],
-    q_data: Sequence[str],
-    width: int,
-    *,
-    strict: bool,
-    out_data: Sequence[str],
-) -> str:
-    """SQL for: every update of ``P`` against ``Q`` accumulated at (``strict``: before) its time.
+def _with_new(table: pa.Table, new: bool) -> pa.Table:
+    return table.filter(pc.equal(table.column(NEW), pa.scalar(new)))
 
-    ``P`` and ``Q`` are table expressions with columns ``_k*``, their data columns,
-    ``_t*`` and ``_d``.  The result has ``_k*``, ``out_data`` (each taken from
-    whichever side has it), ``_t*`` (P's time) and ``_d``.
+
+def consolidated(parts: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
+    """The sum of several update tables with the same columns, consolidated."""
+    parts = [t.select([*cols, "_d"]) for t in parts if t.num_rows]
+    if not parts:
+        return pa.schema([pa.field(c, pa.null()) for c in cols] + [pa.field("_d", pa.int64())]).empty_table()
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return duck.query(f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM $X GROUP BY ALL HAVING sum(_d) <> 0", {"X": table})
+
+
+def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
+    """``ΔA ⋈ B_all + A_old ⋈ ΔB`` for a totally ordered time, by stabbing joins.
+
+    ``X ⋈ Y`` splits into pairs where Y's update is not later (X's update meets Y
+    accumulated at its time) and pairs where it is later (Y's update meets X
+    accumulated strictly before).
     """
-    k = keys(nkeys)
-    t = times(width)
-    side = {c: "pp" for c in p_data} | {c: "qi" for c in q_data}
-    out_cols = [f"pp.{c}" for c in k] + [f"{side[c]}.{c}" for c in out_data] + [f"pp.{c}" for c in t]
-    rng = "qi._lo < pp._pos AND pp._pos <= qi._hi" if strict else "qi._lo <= pp._pos AND pp._pos < qi._hi"
-    return duck.render(
-        "stab",
-        P=P,
-        Q=Q,
-        p_cols=csv([*k, *p_data, *t]),
-        q_cols=csv([*k, *q_data, *t]),
-        t=csv(t),
-        q_window=window([*k, *q_data]),
-        q_hash=hash_of(k),
-        p_hash=hash_of(k),
-        out_cols=csv(out_cols),
-        range=rng,
-        key_eq=key_eq(k, "pp", "qi"),
-    )
-
-
-def _sub(table: str, where: str | None) -> str:
-    return f"(SELECT * FROM {table} WHERE {where})" if where else table
-
-
-def join_total_sql(p: JoinParams, A: str, B: str, has_old: bool) -> str:
     a, b = names("_a", p.na), names("_b", p.nb)
-    out = [*a, *b]
-    w = p.ttype.width
-
-    def stab(P: str, Q: str, pd: list[str], qd: list[str], strict: bool) -> str:
-        return stab_sql(P, Q, p.nkeys, pd, qd, w, strict=strict, out_data=out)
-
-    a_new, b_new, b_all = _sub(A, NEW), _sub(B, NEW), B
-    parts = [stab(a_new, b_all, a, b, False), stab(b_all, a_new, b, a, True)]
+    out, w = [*a, *b], p.ttype.width
+    a_new = _with_new(A, True) if has_old else A
+    parts = [
+        stab(a_new, B, p.nkeys, a, b, w, strict=False, out_data=out),
+        stab(B, a_new, p.nkeys, b, a, w, strict=True, out_data=out),
+    ]
     if has_old:
-        a_old = _sub(A, f"NOT {NEW}")
-        parts += [stab(a_old, b_new, a, b, False), stab(b_new, a_old, b, a, True)]
-    return _union_consolidated(parts, [*keys(p.nkeys), *out, *times(w)])
+        a_old, b_new = _with_new(A, False), _with_new(B, True)
+        parts += [
+            stab(a_old, b_new, p.nkeys, a, b, w, strict=False, out_data=out),
+            stab(b_new, a_old, p.nkeys, b, a, w, strict=True, out_data=out),
+        ]
+    return consolidated(parts, [*keys(p.nkeys), *out, *times(w)])
 
 
 def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:
@@ -105,14 +85,15 @@ def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:
     )
 
 
-def asof_total_sql(p: JoinParams, A: str, B: str, has_old: bool) -> str:
+def asof_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
     """Each update of A against B accumulated at (or strictly before) its time, at A's time."""
     a, b = names("_a", p.na), names("_b", p.nb)
     w = p.ttype.width
-    parts = [stab_sql(_sub(A, NEW), B, p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b])]
+    a_new = _with_new(A, True) if has_old else A
+    parts = [stab(a_new, B, p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b])]
     if has_old:
-        parts.append(stab_sql(_sub(A, f"NOT {NEW}"), _sub(B, NEW), p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b]))
-    return _union_consolidated(parts, [*keys(p.nkeys), *a, *b, *times(w)])
+        parts.append(stab(_with_new(A, False), _with_new(B, True), p.nkeys, a, b, w, strict=p.strict, out_data=[*a, *b]))
+    return consolidated(parts, [*keys(p.nkeys), *a, *b, *times(w)])
 
 
 def asof_pairs_sql(p: JoinParams, A: str, B: str) -> str:
@@ -134,11 +115,6 @@ def asof_pairs_sql(p: JoinParams, A: str, B: str) -> str:
     )
 
 
-def _union_consolidated(parts: list[str], cols: list[str]) -> str:
-    body = "\nUNION ALL\n".join(f"SELECT {csv(cols)}, _d FROM ({q}) AS _p{i}" for i, q in enumerate(parts))
-    return f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM (\n{body}\n) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
-
-
 def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
     """Kernel for one bucket.
 
@@ -153,24 +129,17 @@ def join(p: JoinParams, A: pa.Table, B: pa.Table) -> pa.Table:
         return _asof(p, A, B, has_old)
     side = _blip_side(p, A, B, has_old)
     if side is not None:
-        sql = _union_consolidated(
-            [blip_sql(p, "$A", "$B", "A") if side == "A" else blip_sql(p, "$B", "$A", "B")],
-            [*keys(p.nkeys), *names("_a", p.na), *names("_b", p.nb), *times(p.ttype.width)],
-        )
+        joined = blip_join(p, A, B) if side == "A" else blip_join(p, B, A, blip_side="B")
     elif p.ttype.is_total():
-        sql = join_total_sql(p, "$A", "$B", has_old)
+        joined = join_total(p, A, B, has_old)
     else:
-        sql = join_pairs_sql(p, "$A", "$B")
-    if p.mode == "antijoin":
-        # A − semijoin(A, B): the new updates of A, minus their semijoined part
-        k, a, t = keys(p.nkeys), names("_a", p.na), times(p.ttype.width)
-        cols = [*k, *a, *t]
-        sql = (
-            f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM ("
-            f"SELECT {csv(cols)}, _d FROM $A WHERE {NEW} UNION ALL "
-            f"SELECT {csv(cols)}, -_d AS _d FROM ({sql}) AS _s) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
-        )
-    return duck.query(sql, {"A": A, "B": B})
+        joined = duck.query(join_pairs_sql(p, "$A", "$B"), {"A": A, "B": B})
+    if p.mode != "antijoin":
+        return joined
+    # A − semijoin(A, B): the new updates of A, minus their semijoined part
+    cols = [*keys(p.nkeys), *names("_a", p.na), *times(p.ttype.width)]
+    negated = joined.set_column(joined.schema.get_field_index("_d"), "_d", pc.negate(joined.column("_d")))
+    return consolidated([_with_new(A, True), negated], cols)
 
 
 def is_blip_stream(table: str, p: JoinParams, prefix: str, ndata: int) -> str:
@@ -191,7 +160,7 @@ def is_blip_stream(table: str, p: JoinParams, prefix: str, ndata: int) -> str:
     )
 
 
-def blip_sql(p: JoinParams, blips: str, other: str, blip_side: str) -> str:
+def blip_join(p: JoinParams, blips: pa.Table, other: pa.Table, blip_side: str = "A") -> pa.Table:
     """Join of a pure blip stream with any collection, by lookups only.
 
     Each blip's ``alt`` update meets ``other`` accumulated at ``alt(t)``; the full
@@ -202,15 +171,13 @@ def blip_sql(p: JoinParams, blips: str, other: str, blip_side: str) -> str:
     a, b = names("_a", p.na), names("_b", p.nb)
     w = p.ttype.width
     t = times(w)
-    alt = f"(SELECT * FROM {blips} WHERE {t[-1]} = 0)"
+    alt = blips.filter(pc.equal(blips.column(t[-1]), 0))
     mine, theirs = (a, b) if blip_side == "A" else (b, a)
-    q = stab_sql(alt, other, p.nkeys, mine, theirs, w, strict=False, out_data=[*a, *b])
-    cols = [*keys(p.nkeys), *a, *b]
-    neu = [*t[:-1], f"1 AS {t[-1]}"]
-    return (
-        f"SELECT {csv([*cols, *t])}, _d FROM ({q}) AS _h UNION ALL "
-        f"SELECT {csv([*cols, *neu])}, -_d AS _d FROM ({q}) AS _h2"
-    )
+    at_alt = stab(alt, other, p.nkeys, mine, theirs, w, strict=False, out_data=[*a, *b])
+    i_neu, i_d = at_alt.schema.get_field_index(t[-1]), at_alt.schema.get_field_index("_d")
+    at_neu = at_alt.set_column(i_neu, t[-1], pa.array([1] * at_alt.num_rows, pa.int64()))
+    at_neu = at_neu.set_column(i_d, "_d", pc.negate(at_alt.column("_d")))
+    return consolidated([at_alt, at_neu], [*keys(p.nkeys), *a, *b, *t])
 
 
 def _blip_side(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> str | None:
@@ -226,26 +193,26 @@ def _blip_side(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> str | 
 
 
 def _asof(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
-    sql = asof_total_sql(p, "$A", "$B", has_old) if p.ttype.is_total() else asof_pairs_sql(p, "$A", "$B")
+    if p.ttype.is_total():
+        matched = asof_total(p, A, B, has_old)
+    else:
+        matched = duck.query(asof_pairs_sql(p, "$A", "$B"), {"A": A, "B": B})
     if not p.left:
-        return duck.query(sql, {"A": A, "B": B})
+        return matched
     # left: updates of A meeting no row of B keep going, with nulls for B's columns
     k, a, b, t = keys(p.nkeys), names("_a", p.na), names("_b", p.nb), times(p.ttype.width)
     own = [*k, *a, *t]
     nulls = ", ".join(f"NULL AS {c}" for c in b)
     full = (
-        f"WITH m AS ({sql}), "
-        f"pc AS (SELECT {csv(own)}, sum(_d)::BIGINT AS _d FROM $A GROUP BY ALL HAVING sum(_d) <> 0) "
-        f"SELECT {csv([*k, *a, *b, *t])}, _d FROM m UNION ALL "
+        f"WITH pc AS (SELECT {csv(own)}, sum(_d)::BIGINT AS _d FROM $A GROUP BY ALL HAVING sum(_d) <> 0) "
+        f"SELECT {csv([*k, *a, *b, *t])}, _d FROM $M UNION ALL "
         f"SELECT {csv([*k, *a])}{', ' + nulls if nulls else ''}, {csv(t)}, _d FROM pc "
-        f"WHERE NOT EXISTS (SELECT 1 FROM m WHERE {key_eq(own, 'm', 'pc')})"
+        f"WHERE NOT EXISTS (SELECT 1 FROM $M AS m WHERE {key_eq(own, 'm', 'pc')})"
     )
-    return duck.query(full, {"A": A, "B": B})
+    return duck.query(full, {"A": A, "M": matched})
 
 
 def _all_true(col: pa.ChunkedArray) -> bool:
-    import pyarrow.compute as pc
-
     return len(col) == 0 or bool(pc.all(col).as_py())
 
 

@@ -27,7 +27,7 @@ from ..errors import OutputSchemaError, UserFunctionError
 from ..lattice import TimeType
 from . import duck, generic
 from .common import NEW, csv, key_eq, keys, names, nexts, times, window
-from .join import stab_sql
+from .stab import stab
 
 
 @dataclass(frozen=True)
@@ -106,17 +106,9 @@ def _alive(Y: pa.Table, nkeys: int, ndata: int, width: int) -> pa.Table:
     """Rows with positive multiplicity of every key at each of the key's times (with ``_n*``)."""
     a = names("_a", ndata)
     n = nexts(width)
-    sql = stab_sql(
-        f"({_with_next('$Y', nkeys, width)})",
-        "$Y",
-        nkeys,
-        n,
-        a,
-        width,
-        strict=False,
-        out_data=[*n, *a],
-    )
-    return duck.query(f"SELECT * FROM ({sql}) AS _s WHERE _d > 0", {"Y": Y})
+    kt = duck.query(_with_next("$Y", nkeys, width), {"Y": Y})
+    alive = stab(kt, Y, nkeys, n, a, width, strict=False, out_data=[*n, *a])
+    return alive.filter(pc.greater(alive.column("_d"), 0))
 
 
 # ---------------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 On ``(data, time, diff)``: a linear operator maps each update independently, so
 its output at every time is the operator applied to the input at that time, with
 no state.  Plain ``select``/``where``/``withColumn`` that keep ``time`` and
-``diff`` are linear too.
+``diff`` are linear too.  These two consolidate their output (no two rows share
+``(data, time)``, no zero diff) unless told not to: skip it with
+``consolidate=False`` when the result goes straight into a stateful operator,
+which consolidates its inputs anyway.
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, inspect
+from ..collection import DIFF, TIME, consolidate_spark, inspect
 from ..errors import SchemaMismatchError
 from ..scope import unify
 
 
-def dd_negate(df: DataFrame) -> DataFrame:
+def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
     """Every update with its diff negated: the collection ``-x`` at every time.
 
     >>> import spark_differential as sd
@@ -31,11 +34,12 @@ def dd_negate(df: DataFrame) -> DataFrame:
     <BLANKLINE>
     """
     cs = inspect(df, op="dd_negate")
-    return df.select(*cs.data_cols, TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
+    out = df.select(*cs.data_cols, TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
+    return consolidate_spark(out, cs.data_cols) if consolidate else out
 
 
-def dd_concat(df: DataFrame, *others: DataFrame) -> DataFrame:
-    """The multiset sum of collections (columns matched by name), not consolidated.
+def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> DataFrame:
+    """The multiset sum of collections (columns matched by name), consolidated.
 
     All inputs must have the same data columns (any order) and the same time type;
     an ordinary collection concatenated with a differentiated one enters at ``alt``.
@@ -74,10 +78,11 @@ def dd_concat(df: DataFrame, *others: DataFrame) -> DataFrame:
     if any(e.in_loop for e in entries):
         from ..iterate import concat_in_loop
 
-        return concat_in_loop(op, dfs, schemas, entries, target)
+        out = concat_in_loop(op, dfs, schemas, entries, target)
+        return consolidate_spark(out, first.data_cols) if consolidate else out
     out = None
     for d, e in zip(dfs, entries):
         part = d.select(*first.data_cols, e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
         out = part if out is None else out.unionByName(part)
     assert out is not None
-    return out
+    return consolidate_spark(out, first.data_cols) if consolidate else out
