@@ -15,8 +15,9 @@ import time
 
 
 def main() -> int:
-    import spark_differential as sd
     from pyspark.sql import functions as F
+
+    import spark_differential as sd
     from spark_differential.algorithms import bfs
 
     t0 = time.time()

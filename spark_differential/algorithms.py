@@ -21,7 +21,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .calculus import dd_delay, differentiate, integrate
-from .collection import DIFF, TIME
+from .collection import DIFF, TIME, inspect
+from .errors import TimeTypeError
 
 
 def _edges(edges: DataFrame, src: str, dst: str) -> DataFrame:
@@ -179,7 +180,19 @@ def triangles(edges: DataFrame, src: str = "src", dst: str = "dst") -> DataFrame
     |  1|  2|  3|   5|  -1|
     +---+---+---+----+----+
     <BLANKLINE>
+
+    Times must be totally ordered (integers, dates, timestamps).  With partially
+    ordered (struct) times a triangle can appear at the lub of its three edges'
+    times, which no delta rule sees (each rule only looks back from one edge's
+    time); :func:`triangles_naive` is exact there, and this function refuses.
     """
+    cs = inspect(edges, op="triangles")
+    if not cs.ttype.is_total():
+        raise TimeTypeError(
+            f"triangles: delta queries need totally ordered times, got {cs.ttype.describe()}: a triangle "
+            "can first appear at the lub of its edges' times, which no delta rule looks up. "
+            "Use spark_differential.algorithms.triangles_naive for partially ordered times."
+        )
     e = _edges(edges, src, dst)
     d = differentiate(e)
     alt = e  # enters the alt/neu time at alt(t) automatically

@@ -1,0 +1,291 @@
+"""Seed 001's BFS benchmark: distances over a sliding window of edge changes.
+
+Graph: ``--nodes`` nodes, ``--edges`` random edges; each change removes the oldest
+edge and adds a new random one (``examples/_workload.py``).  For every size in
+``--changes`` (all changes at distinct times), in the same run:
+
+* **ours**: ``spark_differential.algorithms.bfs`` (``dd_iterate``), the full
+  history of distances in one Spark job; per-iteration differences and seconds
+  are recorded from the library's progress log;
+* **(a) Python recompute**: single-process Python keeping an adjacency up to date
+  and running a deque BFS from scratch at every time step;
+* **(b) Pathway**: ``pw.iterate`` over the same updates (timestamps ``2t + 2``),
+  in a child process so it can be stopped at the time limit.
+
+Our output is verified against (a) (same number of distance changes; exact
+distances at ``--check`` sampled times) and its change count compared with
+Pathway's.  ``--batch-compare B`` reruns the largest size that finished with the
+same changes in batches of ``B`` (coarser times) and prints the ratio
+``distinct-times time / batched time`` (seed 001: Rust differential dataflow pays
+1.75x).  Anything over ``--ours-limit`` / ``--time-limit`` seconds is cancelled
+and shown as ``> limit``; Python recompute past the limit is extrapolated linearly
+from the steps it did and marked so.
+
+Example::
+
+    .bench-venv/bin/python benchmarks/bfs.py --changes 10000 --json benchmarks/results/bfs.json
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import re
+import sys
+import time
+from collections import deque
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+
+import numpy as np  # noqa: E402
+from _workload import edge_sequence, edge_updates  # noqa: E402
+from common import (  # noqa: E402
+    Report,
+    TimeLimitExceeded,
+    base_parser,
+    finish,
+    log,
+    make_spark,
+    measure,
+    run_spark_limited,
+    warm_spark,
+)
+
+ROOT = 0
+
+
+# ---------------------------------------------------------------------------------
+# (a) recompute from scratch at every time step
+
+
+def python_recompute(nodes: int, edges: int, changes: int, seed: int, limit: float | None) -> dict[str, Any]:
+    """BFS from scratch after every change; returns the number of distance changes.
+
+    Past ``limit`` seconds it stops and reports how many steps it did.
+    """
+    seq = [tuple(e) for e in edge_sequence(nodes, edges, changes, seed).tolist()]
+    adj: dict[int, dict[int, int]] = {}
+
+    def add(s: int, d: int, r: int) -> None:
+        row = adj.setdefault(s, {})
+        m = row.get(d, 0) + r
+        if m:
+            row[d] = m
+        else:
+            del row[d]
+
+    def bfs() -> dict[int, int]:
+        dist = {ROOT: 0}
+        q = deque([ROOT])
+        while q:
+            n = q.popleft()
+            nd = dist[n] + 1
+            for m in adj.get(n, ()):
+                if m not in dist:
+                    dist[m] = nd
+                    q.append(m)
+        return dist
+
+    started = time.perf_counter()
+    for s, d in seq[:edges]:
+        add(s, d, 1)
+    prev = bfs()
+    out_changes = len(prev)
+    for i in range(1, changes + 1):
+        s, d = seq[edges + i - 1]
+        add(s, d, 1)
+        s, d = seq[i - 1]
+        add(s, d, -1)
+        cur = bfs()
+        out_changes += sum(1 for n, k in cur.items() if prev.get(n) != k)
+        out_changes += sum(1 for n, k in prev.items() if cur.get(n) != k)
+        prev = cur
+        if limit is not None and i % 256 == 0 and time.perf_counter() - started > limit:
+            return {"steps": i, "seconds": time.perf_counter() - started, "changes": None}
+    return {"steps": changes, "seconds": time.perf_counter() - started, "changes": out_changes}
+
+
+# ---------------------------------------------------------------------------------
+# (b) Pathway
+
+
+def _pathway_child(nodes: int, edges: int, changes: int, seed: int, batch: int, conn: Any) -> None:
+    import pandas as pd
+    import pathway as pw
+
+    seq = edge_sequence(nodes, edges, changes, seed)
+    i = np.arange(1, changes + 1, dtype=np.int64)
+    t = (i + batch - 1) // batch
+    # rows are keyed in Pathway: change i removes the edge instance i - 1 (the oldest)
+    add0 = pd.DataFrame({"eid": np.arange(edges), "src": seq[:edges, 0], "dst": seq[:edges, 1], "__time__": 0, "__diff__": 1})
+    add = pd.DataFrame({"eid": edges + i - 1, "src": seq[edges:, 0], "dst": seq[edges:, 1], "__time__": t, "__diff__": 1})
+    rem = pd.DataFrame({"eid": i - 1, "src": seq[:changes, 0], "dst": seq[:changes, 1], "__time__": t, "__diff__": -1})
+    ed = pd.concat([add0, add, rem], ignore_index=True)
+    ed["__time__"] = ed["__time__"] * 2 + 2  # Pathway wants even, positive timestamps
+    started = time.perf_counter()
+    e = pw.debug.table_from_pandas(ed, id_from=["eid"]).select(pw.this.src, pw.this.dst)
+    roots = pw.debug.table_from_pandas(pd.DataFrame({"node": [ROOT], "dist": [0], "__time__": [2]}))
+
+    def step(dist: Any, edges: Any) -> Any:
+        cand = edges.join(dist, edges.src == dist.node).select(node=pw.left.dst, dist=pw.right.dist + 1)
+        allc = dist.concat_reindex(cand)
+        return allc.groupby(allc.node).reduce(allc.node, dist=pw.reducers.min(allc.dist))
+
+    res = pw.iterate(step, dist=pw.iterate_universe(roots), edges=e)
+    counter: dict[tuple[int, int, int], int] = {}
+
+    def on_change(key: Any, row: dict, time: int, is_addition: bool) -> None:
+        k = (row["node"], row["dist"], time)
+        counter[k] = counter.get(k, 0) + (1 if is_addition else -1)
+
+    pw.io.subscribe(res, on_change=on_change)
+    pw.run(monitoring_level=pw.MonitoringLevel.NONE)
+    seconds = time.perf_counter() - started
+    conn.send({"seconds": seconds, "changes": sum(1 for v in counter.values() if v)})
+
+
+def pathway_run(nodes: int, edges: int, changes: int, seed: int, batch: int, limit: float | None) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_pathway_child, args=(nodes, edges, changes, seed, batch, child))
+    p.start()
+    if not parent.poll(limit):
+        p.kill()
+        p.join()
+        raise TimeLimitExceeded(limit)
+    out = parent.recv()
+    p.join()
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# ours
+
+
+class _IterationLog(logging.Handler):
+    """Collects ``dd_iterate: iteration i: n changes (s)`` records of the library."""
+
+    pattern = re.compile(r"iteration (\d+): (\d+) changes \(([\d.]+)s\)")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.rows: list[tuple[int, int, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = self.pattern.search(record.getMessage())
+        if m:
+            self.rows.append((int(m[1]), int(m[2]), float(m[3])))
+
+
+def ours_run(spark: Any, nodes: int, edges: int, changes: int, seed: int, batch: int, limit: float | None) -> dict[str, Any]:
+    import spark_differential as sd
+    from spark_differential.algorithms import bfs
+
+    updates = edge_updates(nodes, edges, changes, batch, seed)
+    g = sd.collection(spark.createDataFrame(updates)).repartition(4).localCheckpoint()
+    g.count()
+    roots = spark.createDataFrame([(ROOT, 0, 1)], "node long, time long, diff long")
+    handler = _IterationLog()
+    lg = logging.getLogger("spark_differential")
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    try:
+        started = time.perf_counter()
+        result = run_spark_limited(spark, lambda: bfs(g, roots, max_iterations=100_000).localCheckpoint(), limit)
+        n = result.count()
+        seconds = time.perf_counter() - started
+    finally:
+        lg.removeHandler(handler)
+    return {"seconds": seconds, "changes": n, "result": result, "updates": updates, "iterations": handler.rows}
+
+
+def per_iteration(rows: list[tuple[int, int, float]]) -> list[dict[str, Any]]:
+    out, prev = [], 0.0
+    for i, n, s in rows:
+        out.append({"iteration": i, "differences": n, "seconds": round(s - prev, 2)})
+        prev = s
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = base_parser(__doc__ or "")
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--edges", type=int, default=2000)
+    ap.add_argument("--changes", default=None, help="comma-separated sizes (default 10000,100000,1000000)")
+    ap.add_argument("--batch-compare", type=int, default=1000, help="batch size for the batched rerun (0: skip)")
+    ap.add_argument("--ours-limit", type=float, default=3600.0, help="seconds before our run is cancelled")
+    ap.add_argument("--check", type=int, default=20, help="sampled times at which distances are compared exactly")
+    ap.add_argument("--no-pathway", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in (args.changes or ("2000" if args.quick else "10000,100000,1000000")).split(",")]
+    limit = args.time_limit
+    report = Report("bfs", args, {"nodes": args.nodes, "edges": args.edges, "changes": sizes, "root": ROOT,
+                                  "ours_limit": args.ours_limit, "peer_limit": limit})
+    spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4"})
+    warm_spark(spark)
+    from bfs import check  # examples/bfs.py: exact distances at sampled times
+
+    done: list[int] = []
+    for n in sizes:
+        case = f"{n:,} changes, distinct times"
+        res: dict[str, Any] = {}
+
+        def ours(n: int = n, res: dict = res) -> None:
+            res.update(ours_run(spark, args.nodes, args.edges, n, args.seed, 1, args.ours_limit))
+
+        m = measure(f"bfs (dd_iterate), {n:,} changes", ours)
+        if m.ok:
+            m.extra.update(output_changes=res["changes"], iterations=per_iteration(res["iterations"]))
+            done.append(n)
+        py: dict[str, Any] = {}
+        pm = measure("(a) Python BFS from scratch per step",
+                     lambda n=n, py=py: py.update(python_recompute(args.nodes, args.edges, n, args.seed, limit)))
+        if pm.ok and py["changes"] is None:
+            pm.status, pm.seconds = "extrapolated", py["seconds"] * n / py["steps"]
+            pm.detail = f"stopped after {py['steps']:,} of {n:,} steps ({py['seconds']:.0f}s), linear extrapolation"
+            report.note(f"{case}: (a) {pm.detail}")
+        report.add(case, m, pm)
+        if m.ok and py.get("changes") is not None:
+            report.check(f"{case}: distance changes ours == Python recompute", res["changes"] == py["changes"],
+                         f"{res['changes']} vs {py['changes']}")
+        if m.ok and args.check:
+            k = check(res["updates"], res["result"].toPandas(), args.check, args.seed)
+            report.check(f"{case}: exact distances at {k} sampled times", True)
+        if not args.no_pathway:
+            pw: dict[str, Any] = {}
+            wm = measure("(b) Pathway pw.iterate",
+                         lambda n=n, pw=pw: pw.update(pathway_run(args.nodes, args.edges, n, args.seed, 1, limit)))
+            if wm.ok:
+                wm.seconds = pw["seconds"]  # the dataflow run, without the child's start-up and imports
+                wm.extra["output_changes"] = pw["changes"]
+                if m.ok:
+                    report.check(f"{case}: distance changes ours == Pathway", res["changes"] == pw["changes"],
+                                 f"{res['changes']} vs {pw['changes']}")
+            report.add(case, m, wm)
+        if m.ok:
+            for it in m.extra["iterations"]:
+                log(f"  {case}: iteration {it['iteration']}: {it['differences']} differences, {it['seconds']}s")
+    if args.batch_compare and done:
+        n = max(done)
+        b = args.batch_compare
+        res2: dict[str, Any] = {}
+        bm = measure(f"bfs (dd_iterate), {n:,} changes in batches of {b}",
+                     lambda: res2.update(ours_run(spark, args.nodes, args.edges, n, args.seed, b, args.ours_limit)))
+        first = next(r for r in report.rows if r.case.startswith(f"{n:,} changes"))
+        if bm.ok:
+            bm.extra.update(output_changes=res2["changes"], iterations=per_iteration(res2["iterations"]))
+        # the "peer" here is our own distinct-times run: ratio = distinct / batched
+        report.add(f"{n:,} changes: {n // b:,} batches of {b} vs distinct times", bm, first.ours,
+                   note="ratio = distinct-times time / batched time")
+        report.note(f"time resolution: the distinct-times run costs {first.ours.seconds / bm.seconds:.2f}x the batched run"
+                    if bm.ok and first.ours.ok else "time resolution: batched run did not finish")
+    spark.stop()
+    return finish(report, [("our output changes", lambda r: str(r.ours.extra.get("output_changes", "-")))])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
