@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 import numpy as np  # noqa: E402
 from _workload import edge_sequence, edge_updates  # noqa: E402
 from common import (  # noqa: E402
+    Measurement,
     Report,
     TimeLimitExceeded,
     base_parser,
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ours-limit", type=float, default=3600.0, help="seconds before our run is cancelled")
     ap.add_argument("--check", type=int, default=20, help="sampled times at which distances are compared exactly")
     ap.add_argument("--no-pathway", action="store_true")
+    ap.add_argument("--ours-up-to", type=int, default=None,
+                    help="run ours only for sizes up to this many changes (larger: peers only, ours 'skipped')")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.changes or ("2000" if args.quick else "10000,100000,1000000")).split(",")]
     limit = args.time_limit
@@ -237,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         def ours(n: int = n, res: dict = res) -> None:
             res.update(ours_run(spark, args.nodes, args.edges, n, args.seed, 1, args.ours_limit))
 
-        m = measure(f"bfs (dd_iterate), {n:,} changes", ours)
+        if args.ours_up_to is None or n <= args.ours_up_to:
+            m = measure(f"bfs (dd_iterate), {n:,} changes", ours)
+        else:
+            m = Measurement(f"bfs (dd_iterate), {n:,} changes", status="skipped",
+                            detail=f"not run (--ours-up-to {args.ours_up_to})")
+            report.note(f"{case}: ours not run (--ours-up-to {args.ours_up_to})")
         if m.ok:
             m.extra.update(output_changes=res["changes"], iterations=per_iteration(res["iterations"]))
             done.append(n)

@@ -35,7 +35,10 @@ def _dataframe_classes() -> list[type]:
         try:
             module = __import__(mod, fromlist=[name])
             classes.append(getattr(module, name))
-        except Exception:  # connect needs optional deps (grpc); absence is fine
+        except (Exception, SystemExit):
+            # Connect needs optional deps (grpc, zstandard, ...); absence is fine.  Under
+            # ``python -c`` or a notebook kernel pyspark's dependency check calls
+            # ``sys.exit`` instead of raising, which must not end the user's process.
             continue
     return classes
 

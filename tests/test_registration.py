@@ -123,3 +123,25 @@ def test_register_refuses_to_shadow_a_base_attribute() -> None:
     with pytest.raises(SparkDifferentialError, match="already defines it"):
         registration.register({"select": _fake})
     assert DataFrame.select is not None and getattr(DataFrame.select, "__wrapped__", None) is not _fake
+
+
+def test_connect_import_calling_sys_exit_does_not_end_the_process(monkeypatch) -> None:
+    """pyspark's Connect dependency check calls ``sys.exit`` under ``python -c`` and in
+    notebook kernels when an optional package (e.g. zstandard) is missing."""
+    import builtins
+
+    from spark_differential import registration
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "pyspark.sql.connect.dataframe":
+            raise SystemExit(0)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(registration, "_connect_available", lambda: True)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    classes = registration._dataframe_classes()
+    from pyspark.sql import DataFrame
+
+    assert DataFrame in classes
