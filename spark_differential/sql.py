@@ -614,11 +614,12 @@ class _Compiler:
         orders = live.select(
             *a, *[F.col(a[lpos[c]]).alias(kk) for c, kk in zip(spec.lkeys, k)], lt_col.cast(tt).alias(_TIME)
         )
-        prices = rn.select(
+        # a right row without a time can match nothing (as in DuckDB): left out
+        prices = rn.where(F.col(b[rpos[spec.rt]]).isNotNull()).select(
             *b, *[F.col(b[rpos[c]]).alias(kk) for c, kk in zip(spec.rkeys, k)], F.col(b[rpos[spec.rt]]).cast(tt).alias(_TIME)
         )
         joined = dd_asof_join(
-            collection(orders, time=_TIME),
+            collection(orders, time=_TIME, check_nulls=False),  # null times were filtered above
             from_upserts(prices, key=k, time=_TIME),
             on=k,
             how=spec.how,
