@@ -17,7 +17,7 @@ for b in ${BENCHES:-bfs consolidate count blip_join versioned_view asof}; do
     bfs) run bfs --changes 10000,100000,1000000 --ours-up-to 10000 --batch-compare 1000 --time-limit 600 --check 20 ;;
     consolidate) run consolidate --repeat 1 --warmup 0 ;;
     count) run count --repeat 1 --warmup 0 ;;
-    blip_join) run blip_join ;;
+    blip_join) run blip_join --time-limit 180 ;;
     versioned_view) run versioned_view --time-limit 900 ;;
     asof) run asof --time-limit 600 --repeat 1 --warmup 0 ;;
   esac
