@@ -18,7 +18,7 @@ for b in ${BENCHES:-bfs consolidate count blip_join versioned_view asof}; do
     consolidate) run consolidate --repeat 1 --warmup 0 ;;
     count) run count --repeat 1 --warmup 0 ;;
     blip_join) run blip_join --time-limit 180 ;;
-    versioned_view) run versioned_view --time-limit 900 ;;
+    versioned_view) run versioned_view --time-limit 900 --warmup 1 --repeat 2 ;;
     asof) run asof --time-limit 600 --repeat 1 --warmup 0 ;;
   esac
 done

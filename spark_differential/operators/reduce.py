@@ -141,6 +141,11 @@ def dd_reduce(
 def dd_count(df: DataFrame, by: str | Sequence[str] | None = None) -> DataFrame:
     """Per key, the number of rows (sum of positive multiplicities): ``by`` columns + ``count``.
 
+    Every data column takes part in a row's identity.  To count rows per key
+    (SQL's ``count(*)``) of a collection whose multiplicities stay non-negative,
+    ``select`` the key columns (plus ``time``/``diff``) first: equal rows then
+    consolidate before the kernel scans them (see docs/performance.md, versioned view).
+
     >>> import spark_differential as sd
     >>> spark = sd.session()
     >>> c = spark.createDataFrame([("a", 1, 0, 1), ("a", 2, 1, 1)], "k string, v long, time long, diff long")
