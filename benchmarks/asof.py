@@ -60,6 +60,7 @@ from common import (
     base_parser,
     cores_of,
     duckdb_connect,
+    duckdb_materialize,
     duckdb_table,
     finish,
     fmt_count,
@@ -67,7 +68,6 @@ from common import (
     make_spark,
     measure,
     pick,
-    run_duckdb_limited,
     run_spark_limited,
     spark_action,
     spark_cached,
@@ -278,13 +278,7 @@ def run_workload(args: argparse.Namespace, spark: Any, report: Report, w: Worklo
         )
     results["DuckDB ASOF JOIN"] = measure(
         "DuckDB ASOF JOIN",
-        lambda: run_duckdb_limited(
-            con,
-            lambda: con.execute(
-                "CREATE OR REPLACE TEMP TABLE out AS " + DUCK_SQL.format(o="orders", p="price_history")
-            ),
-            limit,
-        ),
+        lambda: duckdb_materialize(con, DUCK_SQL.format(o="orders", p="price_history"), limit),
         repeat=3,
         warmup=1,
     )

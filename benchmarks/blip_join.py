@@ -55,6 +55,7 @@ from common import (
     base_parser,
     cores_of,
     duckdb_connect,
+    duckdb_materialize,
     duckdb_table,
     finish,
     fmt_bytes,
@@ -63,7 +64,6 @@ from common import (
     make_spark,
     measure,
     pick,
-    run_duckdb_limited,
     spark_action,
     spark_cached,
     warm_spark,
@@ -244,13 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_peer:
                 peer = measure(
                     "DuckDB pairwise join (h x g pairs)",
-                    lambda: run_duckdb_limited(
-                        con,
-                        lambda: con.execute(
-                            "CREATE OR REPLACE TEMP TABLE out AS " + PAIRS_SQL.format(b="blips", h="history")
-                        ),
-                        limit,
-                    ),
+                    lambda: duckdb_materialize(con, PAIRS_SQL.format(b="blips", h="history"), limit),
                     repeat=1,
                     warmup=0,
                     rss=True,

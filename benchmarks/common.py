@@ -330,22 +330,27 @@ class _Canceller:
             self._thread.join()
 
 
+def _limited(fn: Callable[[], Any], limit: float | None, cancel: Callable[[], None]) -> Any:
+    """Run ``fn``; ``cancel`` it at ``limit`` seconds and raise :class:`TimeLimitExceeded` if it fired."""
+    with _Canceller(limit, cancel) as c:
+        try:
+            result = fn()
+        except Exception:
+            if c.fired:
+                raise TimeLimitExceeded(limit) from None
+            raise
+    if c.fired:  # finished, but only after the limit
+        raise TimeLimitExceeded(limit)
+    return result
+
+
 def run_spark_limited(spark: Any, fn: Callable[[], Any], limit: float | None) -> Any:
     """Run ``fn`` (which runs Spark jobs) and cancel its jobs after ``limit`` seconds."""
     sc = spark.sparkContext
     group = f"sd-bench-{time.time_ns()}"
     sc.setJobGroup(group, "spark_differential benchmark (time-limited)", interruptOnCancel=True)
     try:
-        with _Canceller(limit, lambda: sc.cancelJobGroup(group)) as c:
-            try:
-                result = fn()
-            except Exception:
-                if c.fired:
-                    raise TimeLimitExceeded(limit) from None
-                raise
-        if c.fired:  # finished, but only after the limit
-            raise TimeLimitExceeded(limit)
-        return result
+        return _limited(fn, limit, lambda: sc.cancelJobGroup(group))
     finally:
         with contextlib.suppress(Exception):
             sc.setLocalProperty("spark.jobGroup.id", None)
@@ -370,16 +375,12 @@ def duckdb_connect(args: argparse.Namespace) -> Any:
 
 def run_duckdb_limited(con: Any, fn: Callable[[], Any], limit: float | None) -> Any:
     """Run ``fn`` (DuckDB queries on ``con``) and interrupt it after ``limit`` seconds."""
-    with _Canceller(limit, con.interrupt) as c:
-        try:
-            result = fn()
-        except Exception:
-            if c.fired:
-                raise TimeLimitExceeded(limit) from None
-            raise
-    if c.fired:  # finished, but only after the limit
-        raise TimeLimitExceeded(limit)
-    return result
+    return _limited(fn, limit, con.interrupt)
+
+
+def duckdb_materialize(con: Any, sql: str, limit: float | None = None) -> Any:
+    """The result of ``sql`` materialized as the temp table ``out`` (how DuckDB peers are timed)."""
+    return run_duckdb_limited(con, lambda: con.execute(f"CREATE OR REPLACE TEMP TABLE out AS {sql}"), limit)
 
 
 # ---------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from common import (
     base_parser,
     cores_of,
     duckdb_connect,
+    duckdb_materialize,
     duckdb_table,
     finish,
     fmt_count,
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             sql = duck_sql(f)
             peer_ms[case] = measure(
                 f"DuckDB GROUP BY ({case})",
-                lambda sql=sql: con.execute(f"CREATE OR REPLACE TEMP TABLE out AS {sql}"),
+                lambda sql=sql: duckdb_materialize(con, sql),
                 repeat=max(repeat, 3),
                 warmup=1,
             )

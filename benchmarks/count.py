@@ -43,6 +43,7 @@ from common import (
     base_parser,
     cores_of,
     duckdb_connect,
+    duckdb_materialize,
     duckdb_table,
     finish,
     fmt_count,
@@ -128,13 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         final = measure(
             "DuckDB final counts only",
-            lambda: con.execute("CREATE OR REPLACE TEMP TABLE out AS " + FINAL_SQL),
+            lambda: duckdb_materialize(con, FINAL_SQL),
             repeat=3,
             warmup=1,
         )
         hist = measure(
             "DuckDB full history (window functions)",
-            lambda: con.execute("CREATE OR REPLACE TEMP TABLE out AS " + HISTORY_SQL),
+            lambda: duckdb_materialize(con, HISTORY_SQL),
             repeat=3,
             warmup=1,
         )
