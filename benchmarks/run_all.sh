@@ -19,6 +19,6 @@ for b in ${BENCHES:-bfs consolidate count blip_join versioned_view asof}; do
     count) run count --repeat 1 --warmup 0 ;;
     blip_join) run blip_join --time-limit 180 ;;
     versioned_view) run versioned_view --time-limit 900 --warmup 1 --repeat 2 ;;
-    asof) run asof --time-limit 600 --repeat 1 --warmup 0 ;;
+    asof) run asof --time-limit 600 --repeat 3 --warmup 0 ;;
   esac
 done

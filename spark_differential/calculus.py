@@ -31,13 +31,15 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from .collection import DIFF, TIME, as_columns, inspect, require_columns
+from .collection import DIFF, TIME, CollectionSchema, UpsertLog, as_columns, inspect, require_columns, upsert_log
 from .errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
-from .execution import Input, execute, kernel_fields, key_casts
+from .execution import Input, execute, finish, kernel_fields, key_casts, run, time_fields
+from .kernels import asof as kasof
 from .kernels import join as kjoin
 from .kernels.common import keys, names
-from .lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop
+from .lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop, Total
 from .scope import unify
 
 
@@ -144,8 +146,17 @@ def dd_asof_join(
     with nulls for the price columns.  Output columns: keys, the orders' other
     columns, the prices' other columns; time is the order's time.  Build ``prices``
     from a price-history table with :func:`spark_differential.from_upserts`.
-    ``method="calculus"`` computes the seed's differentiate/join/integrate form
-    instead (for checking).
+
+    ``method``:
+
+    * ``"upserts"``: when ``prices`` is exactly what ``sd.from_upserts`` returned
+      (and ``on`` names its key columns), each order looks up its key's latest log
+      row at or before its time in the log itself; the collection's retractions are
+      never built.  One shuffle of each side.
+    * ``"kernel"``: any ``prices`` collection; each order meets ``prices``
+      accumulated at its time (a stabbing lookup in the join kernel).
+    * ``"calculus"``: the seed's differentiate/join/integrate form (for checking).
+    * ``"auto"`` (default): ``"upserts"`` where it applies, else ``"kernel"``.
 
     >>> import spark_differential as sd
     >>> spark = sd.session()
@@ -163,8 +174,8 @@ def dd_asof_join(
     op = "dd_asof_join"
     if how not in ("inner", "left"):
         raise ValueError(f"{op}: how must be 'inner' or 'left', got {how!r}")
-    if method not in ("auto", "kernel", "calculus"):
-        raise ValueError(f"{op}: method must be 'auto', 'kernel' or 'calculus', got {method!r}")
+    if method not in ("auto", "kernel", "calculus", "upserts"):
+        raise ValueError(f"{op}: method must be 'auto', 'upserts', 'kernel' or 'calculus', got {method!r}")
     keys_ = as_columns(on, op=op, what="`on`")
     if not keys_:
         raise SchemaMismatchError(f"{op}: name at least one key column in `on`")
@@ -186,6 +197,12 @@ def dd_asof_join(
         raise SchemaMismatchError(f"{op}: both inputs have data columns {clash} besides the keys; rename one side's")
     if method == "calculus":
         return _asof_calculus(orders, prices, keys_, how, strict, a_data, b_data)
+    if method in ("auto", "upserts"):
+        log, why_not = _usable_log(prices, a, b, keys_)
+        if log is not None:
+            return _asof_upserts(orders, a, log, keys_, a_data, how, strict)
+        if method == "upserts":
+            raise SchemaMismatchError(f"{op}: method='upserts' cannot be used here: {why_not}; use method='kernel'")
     target, kernel_t, entries = unify(op, [a, b], ["orders", "prices"])
     if how == "left" and isinstance(target, Loop):
         raise TimeTypeError(f"{op}: how='left' is not supported inside a dd_iterate body")
@@ -201,6 +218,49 @@ def dd_asof_join(
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
     return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
+
+
+def _usable_log(
+    prices: DataFrame, a: CollectionSchema, b: CollectionSchema, keys_: list[str]
+) -> tuple[UpsertLog | None, str]:
+    """The upsert log behind ``prices`` if the as-of join can read it directly, else why not."""
+    log = upsert_log(prices)
+    if log is None:
+        return None, "`prices` is not a DataFrame returned by sd.from_upserts (or was transformed since)"
+    if set(keys_) != set(log.keys):
+        return None, f"`on` {keys_} is not the upsert key {list(log.keys)}"
+    if a.ttype != b.ttype or not isinstance(a.ttype, Total):
+        return None, f"orders have time type {a.ttype.describe()}, not the log's {b.ttype.describe()}"
+    return log, ""
+
+
+def _asof_upserts(
+    orders: DataFrame,
+    a: CollectionSchema,
+    log: UpsertLog,
+    keys_: list[str],
+    a_data: list[str],
+    how: str,
+    strict: bool,
+) -> DataFrame:
+    """``dd_asof_join`` straight from the upsert log: one lookup per order, no retractions."""
+    op = "dd_asof_join"
+    h = inspect(log.rows, op=op, side="prices")
+    values = list(log.values)
+    h_data = values + ([log.deleted] if log.deleted else [])
+    ca, cb = key_casts(op, a, h, keys_)
+    present = [F.col(k).isNotNull() for k in keys_]
+    cond = present[0]
+    for c in present[1:]:
+        cond = cond & c
+    ia = Input(orders if how == "left" else orders.where(cond), a, keys_, a_data, "_a", key_casts=ca)
+    ib = Input(log.rows.where(cond), h, keys_, h_data, "_b", key_casts=cb)
+    params = kasof.UpsertAsofParams(len(keys_), len(a_data), len(values), strict, how == "left", log.deleted is not None)
+    out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)[: len(values)]
+    cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
+    cols += list(zip(names("_b", len(values)), values))
+    out = run(kasof.asof_upserts, params, [ia, ib], T.StructType([*out_fields, *time_fields(a.ttype)]))
+    return finish(out, cols, a.ttype)
 
 
 def _asof_calculus(

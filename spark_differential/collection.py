@@ -221,13 +221,15 @@ def _nullable(dtype: T.DataType, nullable: bool) -> bool:
 
 
 def _check_nulls(df: DataFrame, time: str, diff: str | None, op: str) -> None:
+    """One scan (a single aggregate job) counting null times and diffs; raise on any."""
     schema = df.schema
     checks = [(time, "time")] + ([(diff, "diff")] if diff else [])
-    for col, what in checks:
-        field = schema[col]
-        if not _nullable(field.dataType, field.nullable):
-            continue
-        if df.where(_leaf_nulls(F.col(col), field.dataType)).limit(1).count():
+    checks = [(c, w) for c, w in checks if _nullable(schema[c].dataType, schema[c].nullable)]
+    if not checks:
+        return
+    counts = df.select(*[F.count_if(_leaf_nulls(F.col(c), schema[c].dataType)) for c, _ in checks]).first()
+    for (col, what), n in zip(checks, counts or []):
+        if n:
             raise NullValueError(
                 f"{op}: column `{col}` (the {what}) has null values; every update needs a {what}. "
                 f"Filter them out or fill them before building the collection "
@@ -368,7 +370,35 @@ def from_upserts(
         .where(F.col(DIFF) != 0)
     )
     cols = [F.col(c) if c in keys else F.col("_sd_v").getField(c).alias(c) for c in data]
-    return summed.select(*cols, TIME, DIFF)
+    out = summed.select(*cols, TIME, DIFF)
+    log = df.select(*data, *([deleted] if deleted else []), tcol.alias(TIME), F.lit(1).cast("long").alias(DIFF))
+    vars(out)[_UPSERTS] = UpsertLog(log, tuple(keys), tuple(values), deleted)
+    return out
+
+
+_UPSERTS = "_sd_upsert_log"
+
+
+@dataclass(frozen=True)
+class UpsertLog:
+    """The log a :func:`from_upserts` collection was made from, for operators that can use it directly.
+
+    ``rows`` holds one update per log row: the key and value columns, the deletion
+    flag (if any), ``time`` and ``diff = 1``.  It is attached to the DataFrame that
+    ``from_upserts`` returns (and so to that object only: any transformation of it
+    is an ordinary collection again).
+    """
+
+    rows: DataFrame
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    deleted: str | None
+
+
+def upsert_log(df: DataFrame) -> UpsertLog | None:
+    """The upsert log behind ``df`` when ``df`` is exactly what :func:`from_upserts` returned."""
+    found = getattr(df, "__dict__", {}).get(_UPSERTS)
+    return found if isinstance(found, UpsertLog) else None
 
 
 def time_leaf_names(width: int, prefix: str = "_sd_t") -> list[str]:

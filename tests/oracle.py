@@ -92,6 +92,7 @@ __all__ = [
     "ref_differentiate",
     "ref_distinct",
     "ref_from_snapshots",
+    "ref_from_upsert_log",
     "ref_from_upserts",
     "ref_integrate",
     "ref_iterate",
@@ -850,6 +851,37 @@ def ref_from_upserts(rows: Iterable[tuple[tuple, tuple, Time]], cols: Sequence[s
             prev = cur
     width = len(out[0][0]) if out else 0
     return Coll(_default_cols(width) if cols is None else cols, consolidate(out))
+
+
+def ref_from_upsert_log(rows: Iterable[tuple[tuple, tuple, Time, bool]], cols: Sequence[str] | None = None) -> Coll:
+    """:func:`ref_from_upserts` extended with deletions: rows ``(key, values, time, deleted)``.
+
+    A key's state at one of its log times is the multiset of its non-deleted rows at
+    that time (a moment with only deleted rows leaves the key with no values).
+    Without deletions this is checked equal to :func:`ref_from_upserts`.
+    """
+    rows = list(rows)
+    by_key: dict[tuple, dict[Time, Counter]] = {}
+    for k, v, t, deleted in rows:
+        by_key.setdefault(tuple(k), {}).setdefault(t, Counter())
+        if not deleted:
+            by_key[tuple(k)][t][tuple(v)] += 1
+    out = []
+    for k, moments in by_key.items():
+        prev: Counter = Counter()
+        for t in sorted(moments):
+            cur = moments[t]
+            for v in set(cur) | set(prev):
+                r = cur.get(v, 0) - prev.get(v, 0)
+                if r:
+                    out.append((k + v, t, r))
+            prev = cur
+    width = len(out[0][0]) if out else 0
+    result = Coll(_default_cols(width) if cols is None else cols, consolidate(out))
+    if not any(deleted for *_, deleted in rows):
+        plain_log = ref_from_upserts([(k, v, t) for k, v, t, _ in rows], result.cols)
+        assert sorted(plain_log.updates, key=sort_key) == sorted(result.updates, key=sort_key)
+    return result
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,10 @@
   left; ``strict`` or not) equals the oracle's direct definition ``ref_asof_join``
   when prices are a changing collection with retractions, and equals DuckDB's
   ``ASOF [LEFT] JOIN`` on plain tables (prices built with ``sd.from_upserts``).
+* ``method="upserts"`` (what ``"auto"`` picks for a ``sd.from_upserts`` result) equals
+  the other methods and the oracle on logs with deletions, several rows at one
+  (key, time), two key columns and timestamp times; it refuses other inputs before
+  any Spark job.
 """
 
 from __future__ import annotations
@@ -19,11 +23,22 @@ import duckdb
 import pandas as pd
 import pytest
 from helpers import cases, rows_of
-from oracle import Coll, Product, Total, assert_updates_equal, ref_asof_join, ref_differentiate, ref_integrate
+from oracle import (
+    Coll,
+    Product,
+    Total,
+    assert_updates_equal,
+    ref_asof_join,
+    ref_differentiate,
+    ref_from_upsert_log,
+    ref_integrate,
+)
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from spark_support import coll_df, collect_many, micros_time, sdf
+from spark_support import coll_df, collect_many, micros_time, no_spark_job, sdf
 
 import spark_differential as sd
+from spark_differential.errors import SchemaMismatchError
 
 P2 = Product([Total(), Total()])
 
@@ -164,7 +179,8 @@ def test_asof_join_vs_duckdb(spark) -> None:
     orders_pd = pd.DataFrame(order_rows, columns=["item", "who", "ts"])
     prices = sd.from_upserts(spark.createDataFrame(history).coalesce(1), key="item", time="ts")
     orders = sd.collection(spark.createDataFrame(orders_pd).coalesce(1), time="ts")
-    variants = [v for v in ALL_VARIANTS if v[0] == "kernel"] + [("calculus", "inner", False), ("calculus", "left", True)]
+    variants = [(m, how, strict) for m in ("upserts", "kernel") for how in ("inner", "left") for strict in (False, True)]
+    variants += [("calculus", "inner", False), ("calculus", "left", True)]
     outs = [orders.dd_asof_join(prices, on="item", how=how, strict=strict, method=m) for m, how, strict in variants]
     for got, (m, how, strict) in zip(collect_many(outs), variants):
         assert all(r > 0 for _, _, r in got)
@@ -182,3 +198,61 @@ def test_asof_join_prices_without_orders(spark) -> None:
     outs = [do.dd_asof_join(dp, on="item", how=how) for how in ("inner", "left")]
     for got in collect_many(outs):
         assert_updates_equal(got, [((0, 1, 0), 5, 1)])
+
+
+def test_asof_join_from_upsert_log_vs_oracle(spark) -> None:
+    """method="upserts" (the log itself) == "kernel" / "calculus" (the collection) == the oracle."""
+    rng = random.Random(31)
+    log = []
+    for _ in range(60):
+        key = (rng.choice(["bacon", "eggs", "spam"]), rng.randrange(2))
+        # a narrow time range: several rows at one (key, time) happen (the multiset case)
+        log.append((key, (rng.randrange(4),), rng.randrange(12), rng.random() < 0.15))
+    orders = [((rng.choice(["bacon", "eggs", "spam", "ham"]), rng.randrange(2), rng.randrange(5)), rng.randrange(-1, 14), rng.choice([1, 1, 2, -1])) for _ in range(80)]
+    hist = spark.createDataFrame([(*k, *v, t, dl) for k, v, t, dl in log], "item string, shop long, price long, ts long, gone boolean")
+    prices = sd.from_upserts(hist, key=["shop", "item"], time="ts", deleted="gone")
+    od = spark.createDataFrame([(*d, t, r) for d, t, r in orders], "item string, shop long, who long, time long, diff long")
+    variants = [(m, how, strict) for m in ("upserts", "auto") for how in ("inner", "left") for strict in (False, True)]
+    variants += [("kernel", "left", True), ("calculus", "inner", False)]
+    outs = [od.dd_asof_join(prices, on=["item", "shop"], how=how, strict=strict, method=m) for m, how, strict in variants]
+    ref_prices = ref_from_upsert_log(log, ("item", "shop", "price"))
+    for out in outs:
+        assert out.columns == ["item", "shop", "who", "price", "time", "diff"]
+    for got, (m, how, strict) in zip(collect_many(outs), variants):
+        expected = ref_asof_join(Coll(("item", "shop", "who"), orders), ref_prices, ["item", "shop"], Total(), strict=strict, how=how)
+        try:
+            assert_updates_equal(got, expected.updates)
+        except AssertionError as e:
+            raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
+
+
+def test_asof_join_from_upsert_log_timestamps(spark) -> None:
+    """Timestamp times (microsecond leaves spanning decades) through the upsert-log path."""
+    t0 = dt.datetime(1990, 1, 1, tzinfo=dt.timezone.utc)
+    at = [t0 + dt.timedelta(days=d, microseconds=us) for d, us in [(0, 0), (9000, 1), (9000, 2), (20000, 0)]]
+    hist = spark.createDataFrame([("a", 1, at[0]), ("a", 2, at[1]), ("b", 3, at[2])], "item string, price int, ts timestamp")
+    orders = sd.collection(
+        spark.createDataFrame([("a", "x", at[1]), ("a", "y", at[3]), ("b", "z", at[1]), ("a", "w", at[0])], "item string, who string, ts timestamp"),
+        time="ts",
+    )
+    prices = sd.from_upserts(hist, key="item", time="ts")
+    got = {m: sorted(rows_of(orders.dd_asof_join(prices, on="item", method=m))) for m in ("upserts", "kernel")}
+    assert got["upserts"] == got["kernel"]
+    assert sorted((d, r) for d, _, r in got["upserts"]) == [(("a", "w", 1), 1), (("a", "x", 2), 1), (("a", "y", 2), 1)]
+
+
+def test_asof_join_upserts_method_choice(spark) -> None:
+    """"upserts" needs the exact from_upserts result; "auto" falls back to the kernel otherwise."""
+    hist = spark.createDataFrame([("a", 1, 1), ("a", 2, 5)], "item string, price int, ts long")
+    prices = sd.from_upserts(hist, key="item", time="ts")
+    orders = spark.createDataFrame([("a", "x", 3, 1), ("a", "y", 6, 1)], "item string, who string, time long, diff long")
+    changed = prices.where("price > 0")  # a transformation: an ordinary collection again
+    with no_spark_job(spark):
+        with pytest.raises(SchemaMismatchError, match="not a DataFrame returned by sd.from_upserts"):
+            orders.dd_asof_join(changed, on="item", method="upserts")
+        by_shop = sd.from_upserts(hist.withColumn("shop", F.lit(1)), key=["item", "shop"], time="ts")
+        with pytest.raises(SchemaMismatchError, match="not the upsert key"):
+            orders.dd_asof_join(by_shop, on="item", method="upserts")
+    expected = [(("a", "x", 1), 3, 1), (("a", "y", 2), 6, 1)]
+    assert_updates_equal(rows_of(orders.dd_asof_join(changed, on="item")), expected)
+    assert_updates_equal(rows_of(orders.dd_asof_join(prices, on="item")), expected)

@@ -26,7 +26,7 @@ from oracle import (
     ref_as_of,
     ref_concat,
     ref_from_snapshots,
-    ref_from_upserts,
+    ref_from_upsert_log,
     ref_negate,
 )
 from pyspark.sql import Row
@@ -158,32 +158,6 @@ def test_from_snapshots_other_version_column_and_dates(spark) -> None:
     assert_updates_equal(rows_of(out), ref_from_snapshots(rows, ("x",)).updates)
 
 
-def _ref_upserts(rows: list[tuple[tuple, tuple, int, bool]]) -> list[tuple[tuple, int, int]]:
-    """``ref_from_upserts`` extended with deletions: a deleted row at ``t`` lists a
-    moment of the key with no values (so the key's previous values are retracted)."""
-    live = [(k, v, t) for k, v, t, deleted in rows if not deleted]
-    out = list(ref_from_upserts(live).updates)
-    # A deletion changes the key's state only at moments with no live rows for the key.
-    by_key: dict[tuple, dict[int, Counter]] = {}
-    for k, v, t, deleted in rows:
-        by_key.setdefault(k, {}).setdefault(t, Counter())
-        if not deleted:
-            by_key[k][t][v] += 1
-    fixed = []
-    for k, moments in by_key.items():
-        prev: Counter = Counter()
-        for t in sorted(moments):
-            cur = moments[t]
-            for v in set(cur) | set(prev):
-                r = cur.get(v, 0) - prev.get(v, 0)
-                if r:
-                    fixed.append((k + v, t, r))
-            prev = cur
-    if not any(deleted for *_, deleted in rows):
-        assert consolidate(fixed) == consolidate(out)  # the extension agrees with the oracle
-    return consolidate(fixed)
-
-
 @pytest.mark.parametrize("with_deletes", [False, True])
 def test_from_upserts_vs_oracle(spark, with_deletes: bool) -> None:
     rng = random.Random(11 + with_deletes)
@@ -198,7 +172,7 @@ def test_from_upserts_vs_oracle(spark, with_deletes: bool) -> None:
     else:
         out = sd.from_upserts(df.drop("gone"), key=["item", "shop"], time="ts")
     assert out.columns == ["item", "shop", "price", "time", "diff"]
-    assert_updates_equal(rows_of(out), _ref_upserts(rows))
+    assert_updates_equal(rows_of(out), ref_from_upsert_log(rows).updates)
 
 
 def test_from_upserts_by_hand(spark) -> None:
