@@ -274,6 +274,13 @@ def test_asof_upserts_paths_by_hand() -> None:
     assert_updates_equal(updates_of(fast, ["_k0", "_a0", "_b0"], lat), [((1, 10, 3), 2, 1), ((1, 11, 4), 5, 2)])
     strict = kasof.asof_upserts(kasof.UpsertAsofParams(1, 1, 1, strict=True, deleted=True), A, H)
     assert_updates_equal(updates_of(strict, ["_k0", "_a0", "_b0"], lat), [((1, 10, 3), 2, 1), ((1, 11, 3), 5, 2), ((1, 13, 4), 7, 1), ((1, 14, 4), 7, -1)])
+    # a log row with a null key (the operator filters them; the kernel must not let one
+    # hide key 0's own row at an earlier time)
+    zero_orders = [((0, 20), 4, 1)]
+    A0, H0 = _log_tables(zero_orders, [((0,), (8,), 1, False), ((None,), (9,), 3, False)], 1, pa.int64())
+    for got in (kasof._by_sort(p, A0, H0), kasof.asof_upserts(kasof.UpsertAsofParams(1, 1, 1, deleted=True, left=True), A0, H0)):
+        assert got is not None
+        assert_updates_equal(updates_of(got, ["_k0", "_a0", "_b0"], lat), [((0, 20, 8), 4, 1)])
     multi = log + [((1,), (5,), 5, False), ((1,), (5,), 5, False)]
     A2, H2 = _log_tables(orders, multi, 1, pa.int64())
     assert kasof._by_sort(p, A2, H2) is None

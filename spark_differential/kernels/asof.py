@@ -114,7 +114,7 @@ def _by_sort(p: UpsertAsofParams, A: pa.Table, H: pa.Table, consolidated: bool =
     n_a = A.num_rows
     t = np.concatenate([A.column("_t0").to_numpy(), H.column("_t0").to_numpy()])
     lo, hi = int(t.min()), int(t.max())  # Python ints: the span may not fit an int64
-    if nkeys.bit_length() + (hi - lo).bit_length() + 1 > _BITS:
+    if (nkeys + 1).bit_length() + (hi - lo).bit_length() + 1 > _BITS:
         t = np.unique(t, return_inverse=True)[1].astype(np.int64)  # ranks keep the order
     else:
         t = t - lo
@@ -123,7 +123,8 @@ def _by_sort(p: UpsertAsofParams, A: pa.Table, H: pa.Table, consolidated: bool =
     side = np.zeros(len(t), dtype=np.int64)
     side[n_a:] = 1 if p.strict else 0
     side[:n_a] = 0 if p.strict else 1
-    packed = (np.maximum(ids, 0) << (int(t.max()).bit_length() + 1)) | (t << 1) | side
+    # key ids shifted by one: rows with a null key form their own group 0 and never hit
+    packed = ((ids + 1) << (int(t.max()).bit_length() + 1)) | (t << 1) | side
     order = np.argsort(packed)  # ties are rejected or consolidated below: stability is not needed
     packed_s = packed[order]
     is_log = order >= n_a
