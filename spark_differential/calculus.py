@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -207,9 +207,7 @@ def dd_asof_join(
     if how == "left" and isinstance(target, Loop):
         raise TimeTypeError(f"{op}: how='left' is not supported inside a dd_iterate body")
     ca, cb = key_casts(op, a, b, keys_)
-    cond = None
-    for k in keys_:
-        cond = F.col(k).isNotNull() if cond is None else cond & F.col(k).isNotNull()
+    cond = _keys_present(keys_)
     left_df = orders if how == "left" else orders.where(cond)
     ia = Input(left_df, a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
     ib = Input(prices.where(cond), b, keys_, b_data, "_b", kernel_t, entries[1].time_col, key_casts=cb)
@@ -218,6 +216,14 @@ def dd_asof_join(
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
     return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
+
+
+def _keys_present(keys_: list[str]) -> Column:
+    """Every key column is non-null (a null key matches nothing)."""
+    cond = F.col(keys_[0]).isNotNull()
+    for k in keys_[1:]:
+        cond = cond & F.col(k).isNotNull()
+    return cond
 
 
 def _usable_log(
@@ -249,10 +255,7 @@ def _asof_upserts(
     values = list(log.values)
     h_data = values + ([log.deleted] if log.deleted else [])
     ca, cb = key_casts(op, a, h, keys_)
-    present = [F.col(k).isNotNull() for k in keys_]
-    cond = present[0]
-    for c in present[1:]:
-        cond = cond & c
+    cond = _keys_present(keys_)
     ia = Input(orders if how == "left" else orders.where(cond), a, keys_, a_data, "_a", key_casts=ca)
     ib = Input(log.rows.where(cond), h, keys_, h_data, "_b", key_casts=cb)
     params = kasof.UpsertAsofParams(len(keys_), len(a_data), len(values), strict, how == "left", log.deleted is not None)
