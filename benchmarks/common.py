@@ -127,7 +127,32 @@ class TimeLimitExceeded(Exception):
     """A peer was cancelled at the time limit."""
 
 
-class RSSSampler:
+class _Background:
+    """A daemon thread running ``_run`` while the ``with`` block runs (when ``_wanted``)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _wanted(self) -> bool:
+        return True
+
+    def _run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self) -> _Background:
+        if self._wanted():
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class RSSSampler(_Background):
     """Samples the RSS of this process and all its descendants (JVM, Python workers).
 
     In local mode the JVM is a child of the Python driver and the Python workers are
@@ -143,8 +168,7 @@ class RSSSampler:
         self.tree = tree
         self.peak: float | None = None
         self.peaks: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
         try:
             import psutil
 
@@ -169,21 +193,13 @@ class RSSSampler:
         for k, v in kinds.items():
             self.peaks[k] = max(self.peaks.get(k, 0.0), v)
 
-    def _loop(self) -> None:
+    def _wanted(self) -> bool:
+        return self._proc is not None
+
+    def _run(self) -> None:
         while not self._stop.is_set():
             self._sample()
             self._stop.wait(self.interval)
-
-    def __enter__(self) -> RSSSampler:
-        if self._proc is not None:
-            self._thread = threading.Thread(target=self._loop, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
 
 def measure(
@@ -295,7 +311,7 @@ def spark_action(df: Any) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-class _Canceller:
+class _Canceller(_Background):
     """Calls ``cancel`` at ``limit`` seconds and then every ``every`` seconds until stopped.
 
     Repeating matters: under load a query may still be planning when the limit is
@@ -305,8 +321,10 @@ class _Canceller:
     def __init__(self, limit: float | None, cancel: Callable[[], None], every: float = 2.0) -> None:
         self.limit, self.cancel, self.every = limit, cancel, every
         self.fired = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
+
+    def _wanted(self) -> bool:
+        return bool(self.limit)
 
     def _run(self) -> None:
         if self._stop.wait(self.limit):
@@ -317,17 +335,6 @@ class _Canceller:
                 self.cancel()
             if self._stop.wait(self.every):
                 return
-
-    def __enter__(self) -> _Canceller:
-        if self.limit:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
 
 def _limited(fn: Callable[[], Any], limit: float | None, cancel: Callable[[], None]) -> Any:
