@@ -72,6 +72,10 @@ class IterationLimitExceeded(IterationError):
         self.changing = changing
 
 
+class ConfigurationError(SparkDifferentialError, ValueError):
+    """A ``spark_differential.*`` Spark configuration value that cannot be used."""
+
+
 class SqlError(SparkDifferentialError, ValueError):
     """A SQL query given to :func:`spark_differential.sql` is malformed or unsupported."""
 

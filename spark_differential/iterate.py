@@ -28,6 +28,10 @@ follows the *differences* at ``i`` (semi-naive):
   (their changes are all at iteration 0).
 * Lineage is cut every iteration (local checkpoints), so hundreds of iterations
   plan as fast as the first.
+* A top-level loop over a totally ordered time runs in time chunks
+  (:mod:`spark_differential.chunks`): each chunk starts from a snapshot of the
+  inputs, the chunk is one more key of every operator's state, and a key's trace
+  holds one chunk of history instead of all of it.
 
 The loop stops at the first iteration whose changes consolidate to nothing.  A
 ``dd_iterate`` inside a body is recomputed from its accumulated inputs at every
@@ -38,6 +42,7 @@ outside all loops.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -51,11 +56,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import chunks as _chunks
+from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
 from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, time_fields
-from .kernels.common import NEW
-from .lattice import LOOP_OUTER, Loop, TimeType
+from .kernels.common import NEW, keys, names
+from .kernels.join import JoinParams
+from .kernels.reduce import ReduceParams, ThresholdParams
+from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
 
 log = logging.getLogger("spark_differential.iterate")
@@ -123,8 +132,9 @@ class NestedState:
 class LoopContext:
     """The state of one running loop: its iteration and its operators' traces."""
 
-    def __init__(self, loop_id: int, spark: Any, captured: dict[tuple[int, int], DataFrame] | None) -> None:
-        self.loop_id = loop_id
+    def __init__(self, loop_t: Loop, spark: Any, captured: dict[tuple[int, int], DataFrame] | None) -> None:
+        self.loop_id = loop_t.loop_id
+        self.inner = loop_t.inner
         self.spark = spark
         self.iteration = 0
         self.slots: list[Slot] = []
@@ -134,6 +144,9 @@ class LoopContext:
         self.captured_store = captured  # accumulated captured collections, owned by the enclosing loop
         self.captured_now: dict[tuple[int, int], DataFrame] = {}
         self.transient: list[DataFrame] = []  # operator outputs of the current iteration
+        self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.chunks)
+        self.discovering = False  # a first call of the body that only records what enters the loop
+        self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
 
     def begin(self, iteration: int) -> None:
         self.iteration = iteration
@@ -190,6 +203,56 @@ class LoopContext:
         for slot in self.slots:
             for df in slot.cached():
                 df.unpersist()
+
+    def materialise(self, df: DataFrame) -> DataFrame:
+        """Compute ``df`` now, once, and cut its lineage (nothing runs while discovering).
+
+        An operator's new updates are read by its kernel, by the touched-key selection
+        and later as trace; a cache filled lazily inside one job can be computed by
+        several of its stages at once, so the upstream kernels would run again.
+        """
+        return _cache(df) if self.discovering else _checkpoint(df)
+
+    def enters(self, df: DataFrame, ttype: TimeType) -> None:
+        """Record, while discovering, a collection from outside all loops entering at ``ttype``."""
+        if not self.discovering:
+            return
+        if ttype != inspect(df, op="dd_iterate").ttype:
+            raise _NotChunkable(f"a collection enters at {ttype.describe()}, not its own time type")
+        self.entering.append(df)
+
+
+class _NotChunkable(Exception):
+    """Raised while discovering a body that time chunks cannot serve (the loop runs unsliced)."""
+
+
+def _chunk_mode(params: Any) -> str | None:
+    """How a kernel takes the chunk: as one more key (``"key"``), data column (``"data"``), or not at all."""
+    if isinstance(params, (JoinParams, ReduceParams)):
+        return "key"
+    if isinstance(params, ThresholdParams):
+        return "data"
+    return None
+
+
+def _with_chunk(inp: Input, chunks: Chunks, mode: str, kernel_type: TimeType, outer: bool) -> Input:
+    """``inp`` with its chunk as a key (or data) column; collections from outside the loop
+    first get their chunked form (snapshots at chunk starts)."""
+    df = chunks.chunked(inp.df) if outer else inp.df
+    tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
+    df = df.withColumn(CHUNK, chunks.of(tcol, kernel_type))
+    if mode == "key":
+        return dataclasses.replace(inp, df=df, keys=[*inp.keys, CHUNK])
+    return dataclasses.replace(inp, df=df, data=[*inp.data, CHUNK], hash_cols=[*(inp.hash_cols or inp.data), CHUNK])
+
+
+def _chunk_params(params: Any, mode: str, out_fields: Sequence[T.StructField]) -> tuple[Any, list[T.StructField]]:
+    """Kernel parameters and output fields with the chunk column added."""
+    if mode == "key":
+        name, params = keys(params.nkeys + 1)[-1], dataclasses.replace(params, nkeys=params.nkeys + 1)
+    else:
+        name, params = names("_a", params.ndata + 1)[-1], dataclasses.replace(params, ndata=params.ndata + 1)
+    return params, [*out_fields, T.StructField(name, T.LongType(), True)]
 
 
 def _current(loop_id: int, op: str) -> LoopContext:
@@ -260,12 +323,26 @@ def stateful_in_loop(
     loop_id = max(e.loop_id for e in entries if e.loop_id is not None)
     ctx = _current(loop_id, op)
     index, slot = ctx.next_slot(op, len(inputs))
+    mode = _chunk_mode(params)
+    if ctx.discovering:
+        if mode is None:
+            raise _NotChunkable(f"{op} does not key its state by chunk")
+        if kernel_type != ctx.inner:
+            raise _NotChunkable(f"{op} works over {kernel_type.describe()}, not the loop's outer time")
+        for inp, e in zip(inputs, entries):
+            if e.loop_id is None:
+                ctx.enters(inp.df, kernel_type)
+    chunks = ctx.chunks
+    if chunks is not None and mode is not None:
+        params, out_fields = _chunk_params(params, mode, out_fields)
     news: list[DataFrame | None] = []
     traces: list[DataFrame | None] = []
     pending: list[tuple[int, DataFrame]] = []
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
-            new = _cache(prepare(inp, ctx.nbuckets).repartition(ctx.nparts, BUCKET))
+            if chunks is not None and mode is not None:
+                inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
+            new = ctx.materialise(prepare(inp, ctx.nbuckets).repartition(ctx.nparts, BUCKET))
             news.append(new)
             traces.append(slot.trace(j))
             pending.append((j, new))
@@ -276,8 +353,10 @@ def stateful_in_loop(
                 inp = Input(acc, inspect(acc, op=op), inp.keys, inp.data, inp.prefix, kernel_type,
                             enter_column(F.col(TIME), inp.cs.ttype.inner, kernel_type),  # type: ignore[attr-defined]
                             key_casts=inp.key_casts, hash_cols=inp.hash_cols)
+            elif chunks is not None and mode is not None:
+                inp = _with_chunk(inp, chunks, mode, kernel_type, outer=True)
             full = prepare(inp, ctx.nbuckets).withColumn(NEW, F.lit(False))
-            slot.outer[j] = _cache(full.repartition(ctx.nparts, BUCKET))
+            slot.outer[j] = ctx.materialise(full.repartition(ctx.nparts, BUCKET))
         full = slot.outer[j]
         if ctx.iteration == 0:
             news.append(full.withColumn(NEW, F.lit(True)))
@@ -332,6 +411,10 @@ def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[Collecti
             src = d
             if e.loop_id is not None:
                 src = ctx.captured((index, j), d, cs)
+            else:
+                ctx.enters(d, target.inner)
+                if ctx.chunks is not None:
+                    src = ctx.chunks.chunked(d)
             tcol = enter_column(F.col(TIME), inspect(src, op=op).ttype, target.inner)
             part = _stamp(src, data, target, 0, time_col=tcol)
         out = part if out is None else out.unionByName(part)
@@ -406,6 +489,36 @@ def _progress_bar(enabled: bool) -> Any:
     return tqdm(desc="dd_iterate", unit="iter")
 
 
+def _plan_chunks(
+    ctx: LoopContext, roots: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame], loop_t: Loop
+) -> Chunks | None:
+    """Time chunks for a top-level loop over a totally ordered time (``None``: run unsliced).
+
+    The body is called once without running anything, to learn which collections
+    enter the loop (their updates and live rows decide the number of chunks); a body
+    that nests a loop, or uses an operator or time type chunks cannot serve, runs
+    unsliced.
+    """
+    setting = _chunks.rows_setting(ctx.spark)
+    if setting == 0 or not isinstance(cs.ttype, Total):
+        return None
+    data = list(cs.data_cols)
+    ctx.discovering = True
+    ctx.begin(0)
+    try:
+        _check_body_output(body(_stamp(roots, data, loop_t, 0, time_col=F.col(TIME))), cs, loop_t)
+        ctx.end()
+    except _NotChunkable as e:
+        log.debug("dd_iterate: not sliced into time chunks: %s", e)
+        return None
+    finally:
+        ctx.discovering = False
+        entering, ctx.entering = ctx.entering, []
+        ctx.release()
+        ctx.slots = []
+    return _chunks.plan(cs.ttype, [roots, *entering], setting)
+
+
 def _run_loop(
     df: DataFrame,
     cs: CollectionSchema,
@@ -417,13 +530,17 @@ def _run_loop(
     spark = df.sparkSession
     loop_t = Loop(cs.ttype, next(_LOOP_IDS))
     data = list(cs.data_cols)
-    ctx = LoopContext(loop_t.loop_id, spark, captured)
+    ctx = LoopContext(loop_t, spark, captured)
     restore = _loop_conf(spark)
     _stack().append(ctx)
     bar = _progress_bar(progress)
     started = _time.time()
     try:
         roots = _checkpoint(df.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF)))
+        if captured is None:
+            ctx.chunks = _plan_chunks(ctx, roots, cs, body, loop_t)
+        if ctx.chunks is not None:
+            roots = _checkpoint(ctx.chunks.chunked(roots))
         entered = _stamp(roots, data, loop_t, 0, time_col=F.col(TIME))
         parts = [roots]
         v = entered
@@ -457,6 +574,8 @@ def _run_loop(
         result = parts[0]
         for p in parts[1:]:
             result = result.unionByName(p)
+        if ctx.chunks is not None:
+            result = ctx.chunks.unchunked(result)
         return _checkpoint(_consolidate(result, data))
     finally:
         if bar is not None:
@@ -489,6 +608,12 @@ def dd_iterate(
     Progress (iteration, changes, elapsed time) is logged at INFO level on the
     ``spark_differential.iterate`` logger; ``progress=True`` also shows a tqdm bar.
 
+    Over a totally ordered time a top-level loop runs in time chunks when its inputs
+    have many more updates than live rows (``spark_differential.iterate.chunkRows``:
+    updates per chunk, ``auto`` or ``off``); to find the collections entering the
+    loop, ``body`` is then called once more before the first iteration, without
+    running anything.
+
     >>> import spark_differential as sd
     >>> from pyspark.sql import functions as F
     >>> spark = sd.session()
@@ -518,6 +643,8 @@ def dd_iterate(
         return _run_loop(df, cs, body, max_iterations, None, progress)
     # a loop inside another loop's body: recompute from the accumulated input each outer iteration
     ctx = _current(cs.ttype.loop_id, op)
+    if ctx.discovering:
+        raise _NotChunkable("the body nests a dd_iterate")
     _, slot = ctx.next_slot(op, 1)
     if slot.nested is None:
         slot.nested = NestedState()

@@ -166,7 +166,9 @@ def _func_snapshots(p: ReduceParams, alive: pa.Table) -> pa.Table:
         i0 = int(g.index[0])
         key_vals = tuple(exact[c][i0] for c in k)
         tleaves = tuple(int(exact[c][i0]) for c in t)
-        rows = g[[*k, *a, "_d"]].rename(columns=dict(zip([*k, *a, "_d"], [*p.key_names, *p.data_names, "diff"])))
+        # keys past the user's (a dd_iterate time chunk) stay out of what func sees
+        user = k[: len(p.key_names)]
+        rows = g[[*user, *a, "_d"]].rename(columns=dict(zip([*user, *a, "_d"], [*p.key_names, *p.data_names, "diff"])))
         res = call_func(p, key_vals, tleaves, rows.reset_index(drop=True))
         if res is None:
             continue
