@@ -14,7 +14,7 @@ run() {
 }
 for b in ${BENCHES:-bfs consolidate count blip_join versioned_view asof}; do
   case $b in
-    bfs) run bfs --changes 10000,100000,1000000 --ours-up-to 10000 --batch-compare 1000 --time-limit 600 --check 20 ;;
+    bfs) run bfs --changes 10000,100000,1000000 --ours-limit 1800 --batch-compare 1000 --time-limit 600 --check 20 ;;
     consolidate) run consolidate --repeat 1 --warmup 0 ;;
     count) run count --repeat 1 --warmup 0 ;;
     blip_join) run blip_join --time-limit 180 ;;
