@@ -332,15 +332,15 @@ def stateful_in_loop(
         for inp, e in zip(inputs, entries):
             if e.loop_id is None:
                 ctx.enters(inp.df, kernel_type)
-    chunks = ctx.chunks
-    if chunks is not None and mode is not None:
+    chunks = ctx.chunks if mode is not None else None  # discovery guarantees a mode when chunks are set
+    if chunks is not None:
         params, out_fields = _chunk_params(params, mode, out_fields)
     news: list[DataFrame | None] = []
     traces: list[DataFrame | None] = []
     pending: list[tuple[int, DataFrame]] = []
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
-            if chunks is not None and mode is not None:
+            if chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
             new = ctx.materialise(prepare(inp, ctx.nbuckets).repartition(ctx.nparts, BUCKET))
             news.append(new)
@@ -353,7 +353,7 @@ def stateful_in_loop(
                 inp = Input(acc, inspect(acc, op=op), inp.keys, inp.data, inp.prefix, kernel_type,
                             enter_column(F.col(TIME), inp.cs.ttype.inner, kernel_type),  # type: ignore[attr-defined]
                             key_casts=inp.key_casts, hash_cols=inp.hash_cols)
-            elif chunks is not None and mode is not None:
+            elif chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=True)
             full = prepare(inp, ctx.nbuckets).withColumn(NEW, F.lit(False))
             slot.outer[j] = ctx.materialise(full.repartition(ctx.nparts, BUCKET))
