@@ -52,12 +52,6 @@ def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_dat
     k, t = keys(nkeys), times(width)
     pc = [*k, *p_data, *t]
     qc = [*k, *q_data, *t]
-    kid = "0::BIGINT AS _kid"
-    if nkeys:
-        ids_sql = (
-            f"(SELECT {csv(k)}, (row_number() OVER () - 1)::BIGINT AS _kid FROM "
-            f"(SELECT DISTINCT {csv(k)} FROM $P UNION SELECT DISTINCT {csv(k)} FROM $Q) AS _u)"
-        )
     p_sql = f"SELECT {csv(pc)}, sum(_d)::BIGINT AS _d FROM $P GROUP BY ALL HAVING sum(_d) <> 0"
     q_sql = f"SELECT {csv(qc)}, sum(_d)::BIGINT AS _d FROM $Q GROUP BY ALL HAVING sum(_d) <> 0"
     kd = [*k, *q_data]
@@ -66,17 +60,25 @@ def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_dat
         if kd
         else "(SELECT 0::BIGINT AS _did)"
     )
+    tables = {"P": P, "Q": Q}
     if nkeys:
-        p_full = f"WITH ids AS {ids_sql}, p AS ({p_sql}) SELECT p.*, ids._kid FROM p JOIN ids ON {key_eq(k, 'p', 'ids')}"
+        # key ids are computed once and shared by both queries: two evaluations of an
+        # unordered row_number() need not number the keys alike
+        ids = duck.query(
+            f"SELECT {csv(k)}, (row_number() OVER () - 1)::BIGINT AS _kid FROM "
+            f"(SELECT DISTINCT {csv(k)} FROM $P UNION SELECT DISTINCT {csv(k)} FROM $Q) AS _u",
+            tables,
+        )
+        tables["I"] = ids
+        p_full = f"WITH p AS ({p_sql}) SELECT p.*, ids._kid FROM p JOIN $I AS ids ON {key_eq(k, 'p', 'ids')}"
         q_full = (
-            f"WITH ids AS {ids_sql}, q AS ({q_sql}), d AS {dids} SELECT q.*, ids._kid, d._did FROM q "
-            f"JOIN ids ON {key_eq(k, 'q', 'ids')} JOIN d ON {key_eq(kd, 'q', 'd')}"
+            f"WITH q AS ({q_sql}), d AS {dids} SELECT q.*, ids._kid, d._did FROM q "
+            f"JOIN $I AS ids ON {key_eq(k, 'q', 'ids')} JOIN d ON {key_eq(kd, 'q', 'd')}"
         )
     else:
-        p_full = f"SELECT *, {kid} FROM ({p_sql}) AS p"
+        p_full = f"SELECT *, 0::BIGINT AS _kid FROM ({p_sql}) AS p"
         join_d = f"JOIN d ON {key_eq(kd, 'q', 'd')}" if kd else "CROSS JOIN d"
-        q_full = f"WITH q AS ({q_sql}), d AS {dids} SELECT q.*, {kid}, d._did FROM q {join_d}"
-    tables = {"P": P, "Q": Q}
+        q_full = f"WITH q AS ({q_sql}), d AS {dids} SELECT q.*, 0::BIGINT AS _kid, d._did FROM q {join_d}"
     return duck.query(p_full, tables), duck.query(q_full, tables)
 
 
