@@ -7,14 +7,17 @@ cd "$(dirname "$0")/.."
 PY="${PY:-.bench-venv/bin/python}"
 OUT=benchmarks/results
 mkdir -p "$OUT"
-run() {
-  local name=$1; shift
-  echo "== $name: $PY benchmarks/$name.py $*" | tee "$OUT/$name.txt"
-  "$PY" "benchmarks/$name.py" --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$OUT/$name.txt"
+run() { run_as "$1" "$@"; }
+run_as() {  # run_as <results name> <benchmark> [args]
+  local out=$1 name=$2; shift 2
+  echo "== $out: $PY benchmarks/$name.py $*" | tee "$OUT/$out.txt"
+  "$PY" "benchmarks/$name.py" --json "$OUT/$out.json" "$@" 2>&1 | tee -a "$OUT/$out.txt"
 }
 for b in ${BENCHES:-bfs consolidate count blip_join versioned_view asof}; do
   case $b in
-    bfs) run bfs --changes 10000,100000,1000000 --ours-limit 1800 --batch-compare 1000 --time-limit 600 --check 20 ;;
+    # two runs, about 15 and 25 min: all peers and the batched rerun up to 10^5; ours and (a) at 10^6
+    bfs) run_as bfs_1e4_1e5 bfs --changes 10000,100000 --batch-compare 1000 --ours-limit 1800 --time-limit 600 --check 20
+         run_as bfs_1e6 bfs --changes 1000000 --no-pathway --batch-compare 0 --ours-limit 2400 --time-limit 900 --check 20 ;;
     consolidate) run consolidate --repeat 1 --warmup 0 ;;
     count) run count --repeat 1 --warmup 0 ;;
     blip_join) run blip_join --time-limit 180 ;;
