@@ -91,7 +91,13 @@ def key_hash(cols: Sequence[Column]) -> Column:
 
 
 def bucket_of(khash: Column, nbuckets: int) -> Column:
-    return F.pmod(khash, F.lit(nbuckets)).cast("int")
+    """The bucket of a key hash, as a non-nullable int.
+
+    Never null anyway, but declared so: Spark otherwise infers ``isnotnull`` filters on
+    it below joins, and a union of filtered and unfiltered inputs partitioned by
+    bucket loses that partitioning (one more shuffle per kernel inside ``dd_iterate``).
+    """
+    return F.coalesce(F.pmod(khash, F.lit(nbuckets)).cast("int"), F.lit(0))
 
 
 def prepare(inp: Input, nbuckets: int) -> DataFrame:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from ..errors import OutputSchemaError, UserFunctionError
 from ..lattice import TimeType
-from . import duck, generic
+from . import duck, extremum, generic
 from .common import NEW, csv, key_eq, keys, names, nexts, times, window
 from .stab import stab
 
@@ -339,6 +339,15 @@ def reduce(p: ReduceParams, X: pa.Table) -> pa.Table:
         return pa.schema([pa.field(c, pa.null()) for c in cols]).empty_table()
     if not p.ttype.is_total():
         return _generic_reduce(p, X)
+    if p.agg in ("min", "max"):
+        fast = extremum.min_max(p.nkeys, p.ndata, p.ttype.width, p.agg == "max", p.out_types[0], X)
+        if fast is not None:
+            return fast
+    return _reduce_total(p, X)
+
+
+def _reduce_total(p: ReduceParams, X: pa.Table) -> pa.Table:
+    """``F(all) − F(old)`` for keys with new updates, by snapshots (any aggregate, total order)."""
     touched, old = _split_new(X, p.nkeys)
     cols = [*keys(p.nkeys), *names("_o", len(p.out_names) or 1), *times(p.ttype.width)]
     all_diffs = _reduce_total_diffs(p, touched)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import duck
 from .common import csv, key_eq, keys, times
@@ -49,11 +50,84 @@ def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
 
 def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_data: Sequence[str], width: int) -> tuple[pa.Table, pa.Table]:
     """Consolidated P with key ids, consolidated Q with key ids and (key, data) ids."""
+    k = keys(nkeys)
+    exact = all(exact_type(P.schema.field(c).type) for c in [*k, *p_data]) and all(
+        exact_type(Q.schema.field(c).type) for c in [*k, *q_data]
+    )
+    if exact and all(P.schema.field(c).type == Q.schema.field(c).type for c in k):
+        return _numbered_numpy(P, Q, nkeys, p_data, q_data, width)
+    return _numbered_sql(P, Q, nkeys, p_data, q_data, width)
+
+
+def exact_type(t: pa.DataType) -> bool:
+    """Whether Arrow's equality of values of type ``t`` is plain value equality (what
+    grouping in SQL and Spark means): not floating point (``-0.0``, NaN payloads), not nested."""
+    return any(f(t) for f in _EXACT)
+
+
+_EXACT = (
+    pa.types.is_integer,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_binary,
+    pa.types.is_large_binary,
+    pa.types.is_boolean,
+    pa.types.is_date,
+    pa.types.is_timestamp,
+    pa.types.is_decimal,
+)
+
+
+def ids(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
+    """Equal ids for equal rows of ``columns`` (nulls equal to each other), ``0 ≤ id < n``."""
+    if not columns:
+        return np.zeros(n, dtype=np.int64)
+    codes = []
+    for c in columns:
+        arr = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        codes.append(pc.dictionary_encode(arr, null_encoding="encode").indices.to_numpy(zero_copy_only=False).astype(np.int64))
+    return codes[0] if len(codes) == 1 else dense_ranks(codes)[0]
+
+
+def _consolidated(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """``T`` summed per (key, data, time), zero sums dropped; with the kept rows' key ids and
+    (key, data) ids."""
+    n = T.num_rows
+    did = dense_ranks([kid, ids([T.column(c) for c in data], n)])[0] if data else kid
+    leaves = [T.column(c).to_numpy() for c in times(width)]
+    order = np.lexsort((*reversed(leaves), did))
+    head = np.ones(n, dtype=bool)
+    if n:
+        head[1:] = did[order][1:] != did[order][:-1]
+        for leaf in leaves:
+            head[1:] |= leaf[order][1:] != leaf[order][:-1]
+    starts = np.nonzero(head)[0]
+    d = np.add.reduceat(T.column("_d").to_numpy()[order], starts) if n else np.zeros(0, np.int64)
+    keep = d != 0
+    rows = order[starts[keep]]
+    out = T.select([c for c in T.column_names if c != "_d"]).take(pa.array(rows))
+    return out.append_column("_d", pa.array(d[keep], pa.int64())), kid[rows], did[rows]
+
+
+def _numbered_numpy(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_data: Sequence[str], width: int) -> tuple[pa.Table, pa.Table]:
     k, t = keys(nkeys), times(width)
-    pc = [*k, *p_data, *t]
-    qc = [*k, *q_data, *t]
-    p_sql = f"SELECT {csv(pc)}, sum(_d)::BIGINT AS _d FROM $P GROUP BY ALL HAVING sum(_d) <> 0"
-    q_sql = f"SELECT {csv(qc)}, sum(_d)::BIGINT AS _d FROM $Q GROUP BY ALL HAVING sum(_d) <> 0"
+    P, Q = P.select([*k, *p_data, *t, "_d"]), Q.select([*k, *q_data, *t, "_d"])
+    n_p = P.num_rows
+    both = [pa.concat_arrays([P.column(c).combine_chunks(), Q.column(c).combine_chunks()]) for c in k]
+    kid = ids(both, n_p + Q.num_rows)
+    pk, p_kid, _ = _consolidated(P, kid[:n_p], p_data, width)
+    qk, q_kid, q_did = _consolidated(Q, kid[n_p:], q_data, width)
+    pk = pk.append_column("_kid", pa.array(p_kid, pa.int64()))
+    qk = qk.append_column("_kid", pa.array(q_kid, pa.int64())).append_column("_did", pa.array(q_did, pa.int64()))
+    return pk, qk
+
+
+def _numbered_sql(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_data: Sequence[str], width: int) -> tuple[pa.Table, pa.Table]:
+    k, t = keys(nkeys), times(width)
+    p_cols = [*k, *p_data, *t]
+    q_cols = [*k, *q_data, *t]
+    p_sql = f"SELECT {csv(p_cols)}, sum(_d)::BIGINT AS _d FROM $P GROUP BY ALL HAVING sum(_d) <> 0"
+    q_sql = f"SELECT {csv(q_cols)}, sum(_d)::BIGINT AS _d FROM $Q GROUP BY ALL HAVING sum(_d) <> 0"
     kd = [*k, *q_data]
     dids = (
         f"(SELECT {csv(kd)}, (row_number() OVER () - 1)::BIGINT AS _did FROM (SELECT DISTINCT {csv(kd)} FROM q) AS _v)"
@@ -64,12 +138,12 @@ def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_dat
     if nkeys:
         # key ids are computed once and shared by both queries: two evaluations of an
         # unordered row_number() need not number the keys alike
-        ids = duck.query(
+        kids = duck.query(
             f"SELECT {csv(k)}, (row_number() OVER () - 1)::BIGINT AS _kid FROM "
             f"(SELECT DISTINCT {csv(k)} FROM $P UNION SELECT DISTINCT {csv(k)} FROM $Q) AS _u",
             tables,
         )
-        tables["I"] = ids
+        tables["I"] = kids
         p_full = f"WITH p AS ({p_sql}) SELECT p.*, ids._kid FROM p JOIN $I AS ids ON {key_eq(k, 'p', 'ids')}"
         q_full = (
             f"WITH q AS ({q_sql}), d AS {dids} SELECT q.*, ids._kid, d._did FROM q "
