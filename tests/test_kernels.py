@@ -439,6 +439,23 @@ def test_stab_numbering_numpy_matches_sql(data: st.DataObject) -> None:
     assert described(*results[0]) == described(*results[1])
 
 
+@pytest.mark.parametrize("spread", [10, 1 << 40])
+def test_dense_ranks_packed_or_not(spread: int) -> None:
+    """Ranks by one packed int64 key (small ranges) and by lexsort (ranges too wide to
+    pack) both follow the lexicographic order of the rows."""
+    import numpy as np
+
+    rng = np.random.default_rng(spread)
+    cols = [rng.integers(-spread, spread, 200), rng.integers(0, 3, 200), rng.integers(-spread, spread, 200)]
+    assert (kstab.packed(cols) is None) == (spread > 10)
+    ranks, n = kstab.dense_ranks(cols)
+    rows = list(zip(*[c.tolist() for c in cols]))
+    expected = {r: i for i, r in enumerate(sorted(set(rows)))}
+    assert n == len(expected) and ranks.tolist() == [expected[r] for r in rows]
+    order = kstab.sort_order(cols)
+    assert [rows[i] for i in order] == sorted(rows)
+
+
 def test_min_max_vectorised_declines_float_columns() -> None:
     """Floating point columns (-0.0, NaN) are left to the general path."""
     X = pa.table({"_k0": [1, 1], "_a0": [0.0, -0.0], "_t0": [0, 1], "_d": [1, 1], "_new": [True, True]})

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .common import NEW, keys, names, times
-from .stab import dense_ranks, exact_type, ids
+from .stab import dense_ranks, exact_type, ids, sort_order
 
 _NONE = np.iinfo(np.int64).max  # "no value alive" at a point
 
@@ -51,7 +51,7 @@ def _least_at(
     least = np.full(len(points), _NONE, dtype=np.int64)
     if len(row) == 0 or len(points) == 0:
         return least
-    order = np.lexsort((t, row))
+    order = sort_order([row, t])
     r_s, t_s, d_s = row[order], t[order], d[order]
     n = len(order)
     first = np.ones(n, dtype=bool)
@@ -133,7 +133,7 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     val = np.concatenate([p[1] for p in parts])
     diff = np.concatenate([p[2] for p in parts])
     # consolidate (point, value)
-    order = np.lexsort((val, idx))
+    order = sort_order([idx, val])
     idx, val, diff = idx[order], val[order], diff[order]
     if len(idx):
         head = np.ones(len(idx), dtype=bool)
