@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .common import NEW, keys, names, times
-from .stab import dense_ranks, exact_type, ids, sort_order
+from .stab import dense_ranks, exact_type, expand, ids, segments, sort_order
 
 _NONE = np.iinfo(np.int64).max  # "no value alive" at a point
 
@@ -51,28 +51,14 @@ def _least_at(
     least = np.full(len(points), _NONE, dtype=np.int64)
     if len(row) == 0 or len(points) == 0:
         return least
-    order = sort_order([row, t])
-    r_s, t_s, d_s = row[order], t[order], d[order]
-    n = len(order)
-    first = np.ones(n, dtype=bool)
-    first[1:] = r_s[1:] != r_s[:-1]
-    last = np.ones(n, dtype=bool)
-    last[:-1] = first[1:]
-    cs = np.cumsum(d_s)
-    g = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    count = cs - cs[g] + d_s[g]
-    end = np.empty(n, dtype=np.int64)
-    end[:-1] = t_s[1:]
-    end[last] = stride - 1  # open: beyond every time rank
-    keep = (count > 0) & (end > t_s)
+    order, count, start, end = segments(row, t, d, stride - 1)  # open: beyond every time rank
+    keep = (count > 0) & (end > start)
     base = kid[order][keep] * stride
-    lo = np.searchsorted(points, base + t_s[keep], side="left")
+    lo = np.searchsorted(points, base + start[keep], side="left")
     hi = np.searchsorted(points, base + end[keep], side="left")
-    cnt = hi - lo
-    total = int(cnt.sum())
-    if total:
-        at = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-        np.minimum.at(least, at, np.repeat(value[order][keep], cnt))
+    seg_of, at = expand(lo, hi)
+    if len(at):
+        np.minimum.at(least, at, value[order][keep][seg_of])
     return least
 
 

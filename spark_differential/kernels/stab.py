@@ -75,6 +75,38 @@ def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     return ranks, int(ranks_sorted[-1]) + 1
 
 
+def segments(group: np.ndarray, rank: np.ndarray, d: np.ndarray, open_end: int) -> tuple[np.ndarray, ...]:
+    """Updates ``d`` of each ``group`` in ``rank`` order as segments of constant running count.
+
+    Returns ``(order, count, start, end)`` over the rows in ``order``: after the update
+    ``order[i]`` the group's running count is ``count[i]`` on ``[start[i], end[i])``, where
+    ``end`` is the group's next rank (``open_end`` after its last update)."""
+    order = sort_order([group, rank])
+    g_s, r_s, d_s = group[order], rank[order], d[order]
+    n = len(order)
+    first = np.ones(n, dtype=bool)
+    first[1:] = g_s[1:] != g_s[:-1]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = first[1:]
+    cs = np.cumsum(d_s)
+    head = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    count = cs - cs[head] + d_s[head]
+    end = np.empty(n, dtype=np.int64)
+    end[:-1] = r_s[1:]
+    end[last] = open_end
+    return order, count, r_s, end
+
+
+def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``[lo[i], hi[i])`` of a sorted axis: ``(range index, axis position)`` of
+    every position they cover (empty or inverted ranges cover none)."""
+    cnt = np.maximum(hi - lo, 0)
+    total = int(cnt.sum())
+    seg_of = np.repeat(np.arange(len(cnt)), cnt)
+    pos = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+    return seg_of, pos
+
+
 def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_data: Sequence[str], width: int) -> tuple[pa.Table, pa.Table]:
     """Consolidated P with key ids, consolidated Q with key ids and (key, data) ids."""
     k = keys(nkeys)
@@ -219,21 +251,9 @@ def stab(
     # Q: segments of constant running count per (key, data), [start, next change)
     did = qk.column("_did").to_numpy()
     q_d = qk.column("_d").to_numpy()
-    order = sort_order([did, q_rank])
-    did_s, r_s, d_s = did[order], q_rank[order], q_d[order]
-    n = len(order)
-    first = np.ones(n, dtype=bool)
-    first[1:] = did_s[1:] != did_s[:-1]
-    last = np.ones(n, dtype=bool)
-    last[:-1] = first[1:]
-    cs = np.cumsum(d_s)
-    g = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    count = cs - cs[g] + d_s[g]
-    end = np.empty(n, dtype=np.int64)
-    end[:-1] = r_s[1:]
-    end[last] = open_end
+    order, count, start, end = segments(did, q_rank, q_d, open_end)
     keep = count != 0
-    seg_row, seg_count, seg_start, seg_end = order[keep], count[keep], r_s[keep], end[keep]
+    seg_row, seg_count, seg_start, seg_end = order[keep], count[keep], start[keep], end[keep]
     seg_key = qk.column("_kid").to_numpy()[seg_row]
 
     # P: points on the (key, time rank) axis
@@ -244,12 +264,9 @@ def stab(
     side = "right" if strict else "left"
     lo = np.searchsorted(axis, seg_key * R + seg_start, side=side)
     hi = np.searchsorted(axis, seg_key * R + seg_end, side=side)
-    cnt = np.maximum(hi - lo, 0)
-    total = int(cnt.sum())
-    if total == 0:
+    seg_of, pos = expand(lo, hi)
+    if len(pos) == 0:
         return _empty(pk, qk, out_cols)
-    seg_of = np.repeat(np.arange(len(cnt)), cnt)
-    pos = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
     p_rows = pa.array(p_order[pos])
     q_rows = pa.array(seg_row[seg_of])
     cols = {c: pk.column(c).take(p_rows) for c in k}
