@@ -7,7 +7,8 @@ accumulates to ``F(rows of the key in acc(input, s) with positive multiplicity)`
 ``func(m)``).  For totally ordered times each key's history is scanned once in
 time order: the key's input can only change at its own update times, the output
 is evaluated there (snapshots), and each snapshot holds until the key's next
-time.  Partially ordered times go through :mod:`.generic` (lub closure).  Inside
+time; ``dd_min``/``dd_max`` over columns with exact equality take the numpy
+path of :mod:`.extremum` instead.  Partially ordered times go through :mod:`.generic` (lub closure).  Inside
 an iteration the kernel returns ``F(trace + new) − F(trace)`` for keys with new
 updates only.
 """
