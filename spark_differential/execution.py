@@ -153,7 +153,7 @@ def _arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
 
 
 def _call(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, *tables: pa.Table) -> pa.Table:
-    clean = [t.drop_columns([c for c in (BUCKET, KEY_HASH) if c in t.column_names]) for t in tables]
+    clean = [t.drop_columns([BUCKET]) if BUCKET in t.column_names else t for t in tables]
     return conform(kernel(params, *clean), schema)
 
 
@@ -192,6 +192,9 @@ def run_prepared(
     """Run ``kernel`` per bucket over inputs already in kernel form (see :func:`prepare`)."""
     spark = prepared[0].sparkSession
     schema = _arrow_schema(spark, out_schema)
+    # the key hash only selects and places rows; kernels never read it, so it is not
+    # shipped to Python (moving rows to the Python workers is most of a kernel's cost)
+    prepared = [p.drop(KEY_HASH) for p in prepared]
     if len(prepared) == 1:
         return prepared[0].groupBy(BUCKET).applyInArrow(_unary(kernel, params, schema), out_schema)
     if len(prepared) == 2:

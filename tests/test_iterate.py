@@ -88,8 +88,15 @@ def prefixed(case: int, coll: Coll) -> list:
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 
 
+@pytest.mark.parametrize("few", [True, False], ids=["broadcast-touched", "partition-local-touched"])
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_bfs_random_graphs(spark, name):
+def test_bfs_random_graphs(spark, monkeypatch, name, few):
+    """Both ways of selecting the touched keys' trace rows: broadcast (iterations with
+    few changes, which is every iteration of a small test) and the partition-local hash join."""
+    from spark_differential import iterate
+
+    if not few:
+        monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
     lat = LATTICES[name]
     edges, roots, per_case = batched_graphs(11, 10, lat)
     got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
