@@ -10,6 +10,7 @@ to the driver and no state lives in the UDF.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,10 +75,7 @@ def key_casts(op: str, a: CollectionSchema, b: CollectionSchema, on: Sequence[st
 
 def buckets(spark: Any) -> int:
     """How many key buckets a stateful operator spreads its input over."""
-    try:
-        parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    except Exception:  # pragma: no cover - defensive
-        parts = 8
+    parts = shuffle_partitions(spark)
     try:
         factor = int(spark.conf.get("spark_differential.buckets_per_partition", "2"))
     except Exception:  # pragma: no cover
@@ -90,17 +88,71 @@ def key_hash(cols: Sequence[Column]) -> Column:
     return F.xxhash64(*cols) if cols else F.lit(0).cast("long")
 
 
-def bucket_of(khash: Column, nbuckets: int) -> Column:
-    """The bucket of a key hash, as a non-nullable int.
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int (Murmur3 x86 32-bit, seed 42), as a signed 32-bit int."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    k1 = (value & mask) * 0xCC9E2D51 & mask
+    k1 = rotl(k1, 15) * 0x1B873593 & mask
+    h1 = rotl(seed ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+@functools.lru_cache(maxsize=64)
+def bucket_labels(nbuckets: int, nparts: int) -> tuple[int, ...]:
+    """Bucket values that Spark's hash partitioning into ``nparts`` spreads evenly.
+
+    Rows are placed by ``pmod(hash(bucket), nparts)``; with buckets numbered
+    ``0..n-1`` that put 0, 1, 3 and 4 of 8 buckets on 4 partitions (one core idle
+    while another works through four buckets).  Bucket ``i`` is the ``i``-th value
+    whose partition still has room, so every partition holds the same number of
+    buckets (at most one more where they do not divide evenly).
+    """
+    room = -(-nbuckets // max(1, nparts))
+    taken = [0] * max(1, nparts)
+    labels: list[int] = []
+    value = 0
+    while len(labels) < nbuckets:
+        part = _murmur3_int(value) % max(1, nparts)
+        if taken[part] < room:
+            taken[part] += 1
+            labels.append(value)
+        value += 1
+    return tuple(labels)
+
+
+def bucket_of(khash: Column, nbuckets: int, nparts: int) -> Column:
+    """The bucket of a key hash, as a non-nullable int spread evenly over ``nparts``
+    partitions (see :func:`bucket_labels`).
 
     Never null anyway, but declared so: Spark otherwise infers ``isnotnull`` filters on
     it below joins, and a union of filtered and unfiltered inputs partitioned by
     bucket loses that partitioning (one more shuffle per kernel inside ``dd_iterate``).
     """
-    return F.coalesce(F.pmod(khash, F.lit(nbuckets)).cast("int"), F.lit(0))
+    labels = F.array(*[F.lit(v) for v in bucket_labels(nbuckets, nparts)])
+    index = (F.pmod(khash, F.lit(nbuckets)) + 1).cast("int")
+    return F.coalesce(F.element_at(labels, index), F.lit(0))
 
 
-def prepare(inp: Input, nbuckets: int) -> DataFrame:
+def shuffle_partitions(spark: Any) -> int:
+    """``spark.sql.shuffle.partitions``: how many partitions the buckets are spread over."""
+    try:
+        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    except Exception:  # pragma: no cover - defensive
+        return 8
+
+
+def prepare(inp: Input, nbuckets: int, nparts: int | None = None) -> DataFrame:
     """Rename to kernel names, encode the time, add the bucket column."""
     tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
     leaves = inp.time_type.encode_column(tcol)
@@ -111,7 +163,7 @@ def prepare(inp: Input, nbuckets: int) -> DataFrame:
     dnames = names(inp.prefix, len(inp.data))
     hcols = kcols if inp.hash_cols is None else [F.col(c) for c in inp.hash_cols]
     khash = key_hash(hcols)
-    bucket = bucket_of(khash, nbuckets)
+    bucket = bucket_of(khash, nbuckets, nparts or shuffle_partitions(inp.df.sparkSession))
     new = inp.new if inp.new is not None else F.lit(True)
     return inp.df.select(
         bucket.alias(BUCKET),

@@ -353,6 +353,21 @@ def _settle(batches: list[DataFrame], weights: list[int]) -> None:
     weights[start:] = [gathered]
 
 
+def _keeps_trace(params: Any, in_loop: Sequence[bool]) -> list[bool]:
+    """Which inputs of an operator in a loop need a trace of their earlier updates.
+
+    A join is bilinear: its change is ``ΔA ⋈ (B + ΔB) + A ⋈ ΔB``, so the history ``A``
+    of one input is read only when the other input changes.  An input from outside
+    the loop changes at iteration 0 alone, when nothing has a history yet, so a loop
+    input joined with it (BFS: distances with edges) never needs its trace: it is
+    neither kept nor sent to the kernel.  Every other operator reads the traces of
+    all its loop inputs.
+    """
+    if isinstance(params, JoinParams) and params.mode in ("join", "semijoin", "antijoin") and len(in_loop) == 2:
+        return [in_loop[1 - j] for j in range(2)]
+    return [True] * len(in_loop)
+
+
 def stateful_in_loop(
     op: str,
     kernel: Callable[..., pa.Table],
@@ -384,14 +399,16 @@ def stateful_in_loop(
     news: list[DataFrame | None] = []
     traces: list[DataFrame | None] = []
     pending: list[tuple[int, DataFrame]] = []
+    keep = _keeps_trace(params, [e.loop_id == ctx.loop_id for e in entries])
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
             if chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
-            new = ctx.materialise(prepare(inp, ctx.nbuckets).repartition(ctx.nparts, BUCKET))
+            new = ctx.materialise(prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET))
             news.append(new)
-            traces.append(slot.trace(j))
-            pending.append((j, new))
+            traces.append(slot.trace(j) if keep[j] else None)
+            if keep[j]:
+                pending.append((j, new))
             continue
         if j not in slot.outer:
             if e.loop_id is not None:  # captured from the enclosing loop: use its accumulation
@@ -401,7 +418,7 @@ def stateful_in_loop(
                             key_casts=inp.key_casts, hash_cols=inp.hash_cols)
             elif chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=True)
-            full = prepare(inp, ctx.nbuckets).withColumn(NEW, F.lit(False))
+            full = prepare(inp, ctx.nbuckets, ctx.nparts).withColumn(NEW, F.lit(False))
             slot.outer[j] = ctx.materialise(full.repartition(ctx.nparts, BUCKET))
         full = slot.outer[j]
         if ctx.iteration == 0:

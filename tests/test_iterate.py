@@ -124,6 +124,30 @@ def test_reachability_random_graphs(spark, name):
     assert_matches(got, Coll(("case", "node"), consolidate(expected)))
 
 
+@pytest.mark.parametrize("name", list(LATTICES))
+def test_transitive_closure_by_squaring(spark, name):
+    """A body joining the loop variable with itself: both join inputs change in every
+    iteration, so both keep their traces (a join with a collection from outside the
+    loop keeps none for its loop side)."""
+    lat = LATTICES[name]
+    rng = random.Random(31)
+    edges = Coll(("src", "dst"), consolidate(interval_edges(rng, 6, 9, lat)))
+    paths = to_df(spark, edges, lat)
+    got = paths.dd_iterate(
+        lambda p: p.withColumnRenamed("dst", "mid")
+        .dd_join(p.withColumnRenamed("src", "mid").withColumnRenamed("dst", "far"), on="mid")
+        .select("src", F.col("far").alias("dst"), "time", "diff")
+        .dd_concat(p)
+        .dd_distinct()
+    )
+
+    def step(x: Counter) -> Counter:
+        have = {d for d, m in x.items() if m > 0}
+        return Counter({d: 1 for d in have | {(a, c) for (a, b) in have for (b2, c) in have if b == b2}})
+
+    assert_matches(got, ref_iterate(edges, step, lat))
+
+
 def test_connected_components_min_label(spark):
     """A reduce-heavy body: every node takes the smallest label among itself and its neighbours."""
     lat = Total()

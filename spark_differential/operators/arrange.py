@@ -53,6 +53,6 @@ def dd_arrange(df: DataFrame, by: str | Sequence[str], storage: StorageLevel | N
     nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
     data = list(cs.data_cols)
     consolidated = df.groupBy(*data, TIME).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
-    part = bucket_of(key_hash([F.col(k) for k in keys]), buckets(spark))
+    part = bucket_of(key_hash([F.col(k) for k in keys]), buckets(spark), nparts)
     arranged = consolidated.repartition(nparts, part).select(*data, TIME, DIFF)
     return arranged.persist(storage or StorageLevel.MEMORY_AND_DISK)
