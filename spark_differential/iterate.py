@@ -17,7 +17,9 @@ follows the *differences* at ``i`` (semi-naive):
   iterations (identified by the order in which the body calls operators, which
   must be the same every iteration).  At iteration ``i`` it is handed the new
   updates and, for the keys they touch only, its trace, and returns
-  ``F(trace + new) - F(trace)``.
+  ``F(trace + new) - F(trace)``.  A join whose other input comes from outside the
+  loop keeps no trace of its loop input: the join is bilinear, and that history
+  would only meet changes of the other input, which happen at iteration 0 alone.
 * All inputs of a batch job are closed, so the frontier at iteration ``i`` is
   ``{(⊥, i)}`` and ``advance((t, j), {(⊥, i)}) = (t, max(i, j))`` (seed 004): trace
   updates from earlier iterations advance to the current one, i.e. traces are kept
