@@ -118,12 +118,13 @@ def bucket_labels(nbuckets: int, nparts: int) -> tuple[int, ...]:
     whose partition still has room, so every partition holds the same number of
     buckets (at most one more where they do not divide evenly).
     """
-    room = -(-nbuckets // max(1, nparts))
-    taken = [0] * max(1, nparts)
+    nparts = max(1, nparts)
+    room = -(-nbuckets // nparts)
+    taken = [0] * nparts
     labels: list[int] = []
     value = 0
     while len(labels) < nbuckets:
-        part = _murmur3_int(value) % max(1, nparts)
+        part = _murmur3_int(value) % nparts
         if taken[part] < room:
             taken[part] += 1
             labels.append(value)

@@ -63,7 +63,7 @@ from . import chunks as _chunks
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
-from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, time_fields
+from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, shuffle_partitions, time_fields
 from .kernels.common import NEW, keys, names
 from .kernels.join import JoinParams
 from .kernels.reduce import ReduceParams, ThresholdParams
@@ -160,7 +160,7 @@ class LoopContext:
         self.iteration = 0
         self.slots: list[Slot] = []
         self.cursor = 0
-        self.nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        self.nparts = shuffle_partitions(spark)
         self.nbuckets = buckets(spark)
         self.captured_store = captured  # accumulated captured collections, owned by the enclosing loop
         self.captured_now: dict[tuple[int, int], DataFrame] = {}

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from ..collection import DIFF, TIME, as_columns, inspect, require_columns
 from ..errors import SchemaMismatchError
-from ..execution import bucket_of, buckets, key_hash
+from ..execution import bucket_of, buckets, key_hash, shuffle_partitions
 
 
 def dd_arrange(df: DataFrame, by: str | Sequence[str], storage: StorageLevel | None = None) -> DataFrame:
@@ -50,7 +50,7 @@ def dd_arrange(df: DataFrame, by: str | Sequence[str], storage: StorageLevel | N
     cs = inspect(df, op=op)
     require_columns(cs, keys, op=op, side="input", what="`by` columns")
     spark = df.sparkSession
-    nparts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    nparts = shuffle_partitions(spark)
     data = list(cs.data_cols)
     consolidated = df.groupBy(*data, TIME).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
     part = bucket_of(key_hash([F.col(k) for k in keys]), buckets(spark), nparts)
