@@ -439,21 +439,56 @@ def test_stab_numbering_numpy_matches_sql(data: st.DataObject) -> None:
     assert described(*results[0]) == described(*results[1])
 
 
-@pytest.mark.parametrize("spread", [10, 1 << 40])
+@pytest.mark.parametrize("spread", [10, 1 << 15, 1 << 40])
 def test_dense_ranks_packed_or_not(spread: int) -> None:
-    """Ranks by one packed int64 key (small ranges) and by lexsort (ranges too wide to
-    pack) both follow the lexicographic order of the rows."""
+    """Ranks by counting (a packed key over a dense range), by sorting one packed int64
+    key (a sparse range) and by lexsort (ranges too wide to pack) all follow the
+    lexicographic order of the rows."""
     import numpy as np
 
     rng = np.random.default_rng(spread)
     cols = [rng.integers(-spread, spread, 200), rng.integers(0, 3, 200), rng.integers(-spread, spread, 200)]
-    assert (kstab.packed(cols) is None) == (spread > 10)
+    assert (kstab.packed(cols) is None) == (spread > 1 << 15)
     ranks, n = kstab.dense_ranks(cols)
     rows = list(zip(*[c.tolist() for c in cols]))
     expected = {r: i for i, r in enumerate(sorted(set(rows)))}
     assert n == len(expected) and ranks.tolist() == [expected[r] for r in rows]
     order = kstab.sort_order(cols)
     assert [rows[i] for i in order] == sorted(rows)
+
+
+def test_unique_sorted_matches_numpy() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for values in (np.zeros(0, np.int64), rng.integers(-5, 5, 100), rng.integers(-(1 << 60), 1 << 60, 1000)):
+        assert kstab.unique_sorted(values).tolist() == np.unique(values).tolist()
+
+
+@pytest.mark.parametrize("kinds", [("int",), ("int", "int"), ("int_null", "int"), ("str", "int"), ("big", "int")])
+def test_ids_equal_exactly_for_equal_rows(kinds: tuple[str, ...]) -> None:
+    """Row ids (integer columns ranked directly, others dictionary encoded) are equal
+    exactly when the rows are equal (nulls equal to each other), within ``[0, n)``."""
+    import numpy as np
+
+    rng = np.random.default_rng(len(kinds))
+    n = 300
+
+    def column(kind: str) -> pa.Array:
+        v = rng.integers(0, 6, n)
+        if kind == "str":
+            return pa.array([f"s{x}" for x in v])
+        if kind == "big":
+            return pa.array(v * (1 << 58) - (1 << 60), pa.int64())
+        return pa.array([None if kind == "int_null" and x == 0 else int(x) for x in v], pa.int64())
+
+    cols = [column(k) for k in kinds]
+    got = kstab.ids(cols, n)
+    rows = list(zip(*[c.to_pylist() for c in cols]))
+    assert got.min() >= 0 and got.max() < n
+    for i in range(n):
+        for j in range(0, n, 7):
+            assert (got[i] == got[j]) == (rows[i] == rows[j])
 
 
 def test_min_max_vectorised_declines_float_columns() -> None:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .common import NEW, keys, names, times
-from .stab import dense_ranks, exact_type, expand, ids, segments, sort_order
+from .stab import dense_ranks, exact_type, expand, ids, segments, sort_order, unique_sorted
 
 _NONE = np.iinfo(np.int64).max  # "no value alive" at a point
 
@@ -44,14 +44,22 @@ def _representatives(ids: np.ndarray) -> np.ndarray:
 
 
 def _least_at(
-    points: np.ndarray, stride: int, kid: np.ndarray, row: np.ndarray, value: np.ndarray, t: np.ndarray, d: np.ndarray
+    points: np.ndarray,
+    stride: int,
+    kid: np.ndarray,
+    row: np.ndarray,
+    value: np.ndarray,
+    t: np.ndarray,
+    d: np.ndarray,
+    order: np.ndarray,
 ) -> np.ndarray:
     """For every point ``kid * stride + t`` in sorted ``points``: the least ``value`` among
-    rows whose running count (summed in time order per ``row``) is positive there."""
+    rows whose running count (summed in time order per ``row``; ``order`` sorts the rows
+    by ``(row, t)``) is positive there."""
     least = np.full(len(points), _NONE, dtype=np.int64)
     if len(row) == 0 or len(points) == 0:
         return least
-    order, count, start, end = segments(row, t, d, stride - 1)  # open: beyond every time rank
+    order, count, start, end = segments(row, t, d, stride - 1, order)  # open: beyond every time rank
     keep = (count > 0) & (end > start)
     base = kid[order][keep] * stride
     lo = np.searchsorted(points, base + start[keep], side="left")
@@ -106,14 +114,17 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     d = X.column("_d").to_numpy()
     stride = ntimes + 1
     pos = kid * stride + trank
-    points = np.unique(pos[trank >= start[kid]])
+    points = unique_sorted(pos[trank >= start[kid]])
     first = np.ones(len(points), dtype=bool)
     p_kid = points // stride
     first[1:] = p_kid[1:] != p_kid[:-1]
     old = ~new
+    order = sort_order([row, trank])
+    # the old rows in the same order (a subsequence of a sorted order is sorted), renumbered
+    order_old = (np.cumsum(old) - 1)[order[old[order]]]
     parts = [
-        _changes(_least_at(points, stride, kid, row, value, trank, d), first, 1),
-        _changes(_least_at(points, stride, kid[old], row[old], value[old], trank[old], d[old]), first, -1),
+        _changes(_least_at(points, stride, kid, row, value, trank, d, order), first, 1),
+        _changes(_least_at(points, stride, kid[old], row[old], value[old], trank[old], d[old], order_old), first, -1),
     ]
     idx = np.concatenate([p[0] for p in parts])
     val = np.concatenate([p[1] for p in parts])

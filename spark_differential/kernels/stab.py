@@ -61,6 +61,12 @@ def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
         return np.zeros(0, dtype=np.int64), 0
     key = columns[0] if len(columns) == 1 else packed(columns)
     if key is not None:
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo <= 4 * n + 1024:  # a dense range: count instead of sorting
+            seen = np.zeros(hi - lo + 1, dtype=bool)
+            seen[key - lo] = True
+            rank_of = np.cumsum(seen) - 1
+            return rank_of[key - lo], int(rank_of[-1]) + 1
         uniq, inv = np.unique(key, return_inverse=True)
         return inv.astype(np.int64).reshape(-1), len(uniq)
     order = np.lexsort(tuple(reversed(columns)))
@@ -75,13 +81,28 @@ def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     return ranks, int(ranks_sorted[-1]) + 1
 
 
-def segments(group: np.ndarray, rank: np.ndarray, d: np.ndarray, open_end: int) -> tuple[np.ndarray, ...]:
+def unique_sorted(values: np.ndarray) -> np.ndarray:
+    """The distinct ``values``, ascending (a sort: numpy's hash-based ``unique`` is several
+    times slower on millions of int64)."""
+    s = np.sort(values)
+    if len(s) == 0:
+        return s
+    keep = np.ones(len(s), dtype=bool)
+    keep[1:] = s[1:] != s[:-1]
+    return s[keep]
+
+
+def segments(
+    group: np.ndarray, rank: np.ndarray, d: np.ndarray, open_end: int, order: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """Updates ``d`` of each ``group`` in ``rank`` order as segments of constant running count.
 
     Returns ``(order, count, start, end)`` over the rows in ``order``: after the update
     ``order[i]`` the group's running count is ``count[i]`` on ``[start[i], end[i])``, where
-    ``end`` is the group's next rank (``open_end`` after its last update)."""
-    order = sort_order([group, rank])
+    ``end`` is the group's next rank (``open_end`` after its last update).  ``order``, when
+    given, already sorts the rows by ``(group, rank)``."""
+    if order is None:
+        order = sort_order([group, rank])
     g_s, r_s, d_s = group[order], rank[order], d[order]
     n = len(order)
     first = np.ones(n, dtype=bool)
