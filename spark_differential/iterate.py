@@ -77,6 +77,7 @@ _LOCAL = threading.local()
 MERGE_RATIO = 2  # a trace batch is merged into the newer ones once it is at most this many times their size
 MAX_BATCHES = 8  # and the oldest ones are merged beyond this many batches per trace
 FEW_CHANGES = 20_000  # at most this many loop changes in an iteration: touched keys are broadcast
+GC_SHARE = 0.25  # hint the driver GC once dropped checkpoints may be this share of all the loop made
 
 
 def _stack() -> list[LoopContext]:
@@ -169,6 +170,25 @@ class LoopContext:
         self.discovering = False  # a first call of the body that only records what enters the loop
         self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
         self.weight = 1  # changes of the loop variable this iteration: the size estimate of new trace batches
+        self.made = 0  # rows (estimated) the loop has materialised so far
+        self.dropped = 0  # of those, rows (estimated) dropped since the last GC hint
+
+    def account(self, made: int, dropped: int) -> None:
+        """Record estimated rows materialised and rows no longer referenced."""
+        self.made += made
+        self.dropped += dropped
+
+    def collect_garbage(self) -> None:
+        """Hint the driver GC when what was dropped since the last hint is a large share of
+        what the loop made (each hint is a full driver GC: 1-2 s with large caches).
+
+        Iterations whose changes still grow drop about as much as everything before them and
+        hint every time; the long tail of small iterations, and merges of small batches,
+        wait until their garbage adds up to ``GC_SHARE`` of the loop's rows.
+        """
+        if self.dropped >= GC_SHARE * self.made:
+            _collect_garbage(self.spark)
+            self.dropped = 0
 
     def begin(self, iteration: int) -> None:
         self.iteration = iteration
@@ -335,7 +355,7 @@ def _merge(batches: list[DataFrame]) -> DataFrame:
     return _checkpoint(merged.select(*union.columns))
 
 
-def _settle(batches: list[DataFrame], weights: list[int]) -> None:
+def _settle(batches: list[DataFrame], weights: list[int]) -> int:
     """Merge the newest trace batches in place, size-tiered (as differential dataflow's spine).
 
     Going back from the newest batch, an older batch joins the merge while it is at most
@@ -344,15 +364,17 @@ def _settle(batches: list[DataFrame], weights: list[int]) -> None:
     handful of small iterations, each row is merged O(log iterations) times, and a trace
     has O(log iterations) batches.  Sizes are estimates (the loop's changes per
     iteration); they only decide when to merge, never what the trace contains.
+    Returns the estimated rows merged (0: nothing merged).
     """
     start, gathered = len(batches) - 1, weights[-1]
     while start > 0 and (weights[start - 1] <= MERGE_RATIO * gathered or start >= MAX_BATCHES):
         start -= 1
         gathered += weights[start]
     if start == len(batches) - 1:
-        return
+        return 0
     batches[start:] = [_merge(batches[start:])]
     weights[start:] = [gathered]
+    return gathered
 
 
 def _keeps_trace(params: Any, in_loop: Sequence[bool]) -> list[bool]:
@@ -457,7 +479,8 @@ def stateful_in_loop(
         weights = slot.weights.setdefault(j, [])
         batches.append(new.withColumn(NEW, F.lit(False)))
         weights.append(max(1, ctx.weight))
-        _settle(batches, weights)
+        merged = _settle(batches, weights)
+        ctx.account(merged, merged)
     return result
 
 
@@ -619,7 +642,8 @@ def _run_loop(
             nxt = out if i > 0 else out.unionByName(entered.select(*data, TIME, (-F.col(DIFF)).alias(DIFF)))
             nxt = _checkpoint(_stamp(_consolidate(nxt, data), data, loop_t, i + 1))
             ctx.drop_transient()
-            _collect_garbage(spark)
+            ctx.account(ctx.weight, ctx.weight)  # this iteration's operator inputs and outputs, mostly dropped now
+            ctx.collect_garbage()
             changes = nxt.count()
             elapsed = _time.time() - started
             log.info("dd_iterate: iteration %d: %d changes (%.1fs)", i + 1, changes, elapsed)
