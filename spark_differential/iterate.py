@@ -77,7 +77,7 @@ _LOCAL = threading.local()
 MERGE_RATIO = 2  # a trace batch is merged into the newer ones once it is at most this many times their size
 MAX_BATCHES = 8  # and the oldest ones are merged beyond this many batches per trace
 FEW_CHANGES = 20_000  # at most this many loop changes in an iteration: touched keys are broadcast
-GC_SHARE = 0.25  # hint the driver GC once dropped checkpoints may be this share of all the loop made
+GC_SHARE = 0.25  # hint the driver GC once checkpoints dropped since the last hint are this share of all dropped
 
 
 def _stack() -> list[LoopContext]:
@@ -170,23 +170,23 @@ class LoopContext:
         self.discovering = False  # a first call of the body that only records what enters the loop
         self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
         self.weight = 1  # changes of the loop variable this iteration: the size estimate of new trace batches
-        self.made = 0  # rows (estimated) the loop has materialised so far
-        self.dropped = 0  # of those, rows (estimated) dropped since the last GC hint
+        self.churned = 0  # rows (estimated) the loop has materialised and dropped so far
+        self.dropped = 0  # of those, rows dropped since the last GC hint
 
-    def account(self, made: int, dropped: int) -> None:
-        """Record estimated rows materialised and rows no longer referenced."""
-        self.made += made
-        self.dropped += dropped
+    def drop(self, rows: int) -> None:
+        """Record an estimate of materialised rows nothing references any more."""
+        self.churned += rows
+        self.dropped += rows
 
     def collect_garbage(self) -> None:
         """Hint the driver GC when what was dropped since the last hint is a large share of
-        what the loop made (each hint is a full driver GC: 1-2 s with large caches).
+        all the loop dropped (each hint is a full driver GC: 1-2 s with large caches).
 
         Iterations whose changes still grow drop about as much as everything before them and
         hint every time; the long tail of small iterations, and merges of small batches,
         wait until their garbage adds up to ``GC_SHARE`` of the loop's rows.
         """
-        if self.dropped >= GC_SHARE * self.made:
+        if self.dropped >= GC_SHARE * self.churned:
             _collect_garbage(self.spark)
             self.dropped = 0
 
@@ -479,8 +479,7 @@ def stateful_in_loop(
         weights = slot.weights.setdefault(j, [])
         batches.append(new.withColumn(NEW, F.lit(False)))
         weights.append(max(1, ctx.weight))
-        merged = _settle(batches, weights)
-        ctx.account(merged, merged)
+        ctx.drop(_settle(batches, weights))
     return result
 
 
@@ -642,7 +641,7 @@ def _run_loop(
             nxt = out if i > 0 else out.unionByName(entered.select(*data, TIME, (-F.col(DIFF)).alias(DIFF)))
             nxt = _checkpoint(_stamp(_consolidate(nxt, data), data, loop_t, i + 1))
             ctx.drop_transient()
-            ctx.account(ctx.weight, ctx.weight)  # this iteration's operator inputs and outputs, mostly dropped now
+            ctx.drop(ctx.weight)  # this iteration's operator inputs and outputs, mostly dropped now
             ctx.collect_garbage()
             changes = nxt.count()
             elapsed = _time.time() - started

@@ -254,3 +254,30 @@ def test_progress_is_logged(spark, caplog):
     assert sorted(rows_of(out)) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
     msgs = [r.getMessage() for r in caplog.records if "dd_iterate: iteration" in r.getMessage()]
     assert msgs and msgs[-1].endswith("s)") and " 0 changes" in msgs[-1]
+
+
+def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
+    """The driver GC is hinted while iterations drop as much as all before them, and in a
+    tail of small iterations only once their drops reach GC_SHARE of everything dropped."""
+    from spark_differential import iterate as it
+    from spark_differential.lattice import Loop
+    from spark_differential.lattice import Total as LibTotal
+
+    hints = []
+    monkeypatch.setattr(it, "_collect_garbage", lambda spark: hints.append(spark))
+    ctx = it.LoopContext(Loop(LibTotal("long"), 10_000), None, None)
+    assert it.GC_SHARE == 0.25
+    for rows in (10, 20):  # growing: each iteration drops at least a quarter of all dropped
+        ctx.drop(rows)
+        ctx.collect_garbage()
+    assert len(hints) == 2
+    for _ in range(9):  # the tail: 9 rows dropped is below a quarter of 39
+        ctx.drop(1)
+        ctx.collect_garbage()
+    assert len(hints) == 2
+    ctx.drop(1)  # 10 of 40 dropped since the last hint: a quarter
+    ctx.collect_garbage()
+    assert len(hints) == 3
+    ctx.drop(0)  # nothing dropped since: no hint
+    ctx.collect_garbage()
+    assert len(hints) == 3
