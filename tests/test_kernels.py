@@ -467,8 +467,9 @@ def test_unique_sorted_matches_numpy() -> None:
 
 @pytest.mark.parametrize("kinds", [("int",), ("int", "int"), ("int_null", "int"), ("str", "int"), ("big", "int")])
 def test_ids_equal_exactly_for_equal_rows(kinds: tuple[str, ...]) -> None:
-    """Row ids (integer columns ranked directly, others dictionary encoded) are equal
-    exactly when the rows are equal (nulls equal to each other), within ``[0, n)``."""
+    """Row ids (dictionary codes, ranked together when there are several columns) are
+    equal exactly when the rows are equal (nulls equal to each other), within ``[0, n)``:
+    integer, nullable, string and widely spread columns."""
     import numpy as np
 
     rng = np.random.default_rng(len(kinds))
