@@ -64,7 +64,7 @@ from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
 from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, shuffle_partitions, time_fields
-from .kernels.common import NEW, keys, names
+from .kernels.common import NEW, D, keys, names, times
 from .kernels.join import JoinParams
 from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
@@ -392,6 +392,53 @@ def _keeps_trace(params: Any, in_loop: Sequence[bool]) -> list[bool]:
     return [True] * len(in_loop)
 
 
+def _joins_outer(params: Any, entries: Sequence[Entry], loop_id: int) -> bool:
+    """A ``dd_join`` of this loop's collection with a collection from outside all loops."""
+    if not isinstance(params, JoinParams) or params.mode != "join" or len(entries) != 2:
+        return False
+    ids = sorted((e.loop_id is not None, e.loop_id == loop_id) for e in entries)
+    return ids == [(False, False), (True, True)]
+
+
+def _pair_join(
+    params: JoinParams,
+    sides: Sequence[DataFrame],
+    small: int,
+    out_fields: Sequence[T.StructField],
+    ttype: TimeType,
+    few: bool,
+) -> DataFrame:
+    """``ΔA ⋈ B`` on the JVM, for a loop collection ``A`` joined with a collection ``B``
+    from outside all loops, in a loop run in time chunks.
+
+    Every pair of updates with equal keys meets at the lattice join of their times
+    (the join's definition), consolidated per bucket.  ``B`` changes at iteration 0
+    only, so at every iteration the change is this iteration's ``ΔA`` against all of
+    ``B`` (at iteration 0 ``ΔA`` is all of ``A``).  Enumerating pairs is what the
+    stabbing join of the join kernel avoids for long histories; in a time chunk a
+    key's history in ``B`` is its snapshot plus one chunk of updates, so the pairs are
+    about as many as the output, and the JVM forms them without moving rows to Python.
+    Both sides are partitioned by bucket: a partition-local hash join building on the
+    loop side (``sides[small]``), no shuffle; with ``few`` changes the loop side is
+    broadcast instead, as in :func:`_semi`.
+    """
+    nk, w = params.nkeys, ttype.width
+    build = [(lambda df: F.broadcast(df)) if few else (lambda df: df.hint("shuffle_hash")), lambda df: df]
+    left, right = (build[j != small](df) for j, df in enumerate(sides))
+    on = [BUCKET, KEY_HASH, *keys(nk)]
+    r = right.select(*[F.col(c).alias(f"r{c}") for c in right.columns])
+    cond = [left[c] == r[f"r{c}"] for c in on]
+    tl, tr = times(w), [f"r{c}" for c in times(w)]
+    joined = left.join(r, cond, "inner")
+    lub = [F.expr(e).alias(n) for e, n in zip(ttype.sql_join(tl, tr), times(w))]
+    data = [F.col(c) for c in names("_a", params.na)] + [F.col(f"r{c}").alias(c) for c in names("_b", params.nb)]
+    pairs = joined.select(BUCKET, *[F.col(k) for k in keys(nk)], *data, *lub, (F.col(D) * F.col(f"r{D}")).alias(D))
+    group = [c for c in pairs.columns if c != D]
+    out = pairs.groupBy(*group).agg(F.sum(D).cast("long").alias(D)).where(F.col(D) != 0)
+    fields = [*out_fields, *time_fields(ttype)]
+    return out.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in fields])
+
+
 def stateful_in_loop(
     op: str,
     kernel: Callable[..., pa.Table],
@@ -424,11 +471,14 @@ def stateful_in_loop(
     traces: list[DataFrame | None] = []
     pending: list[tuple[int, DataFrame]] = []
     keep = _keeps_trace(params, [e.loop_id == ctx.loop_id for e in entries])
+    pairs = chunks is not None and _joins_outer(params, entries, ctx.loop_id)
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
             if chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
-            new = ctx.materialise(prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET))
+            new = prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET)
+            if not pairs:  # read once by the pair join; otherwise by the kernel, the touched keys and the trace
+                new = ctx.materialise(new)
             news.append(new)
             traces.append(slot.trace(j) if keep[j] else None)
             if keep[j]:
@@ -451,6 +501,12 @@ def stateful_in_loop(
         else:
             news.append(None)
             traces.append(full)
+    if pairs:
+        sides = [n if n is not None else t for n, t in zip(news, traces)]
+        small = next(j for j, e in enumerate(entries) if e.loop_id == ctx.loop_id)
+        out = _pair_join(params, sides, small, out_fields, kernel_type, few=ctx.weight <= FEW_CHANGES)
+        return _stamp(finish(out, out_columns, kernel_type), [u for _, u in out_columns], Loop(kernel_type, ctx.loop_id),
+                      ctx.iteration, time_col=F.col(TIME))
     present = [n for n in news if n is not None]
     touched = present[0].select(BUCKET, KEY_HASH)
     for n in present[1:]:

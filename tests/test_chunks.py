@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from test_iterate import batched_graphs, bfs, prefixed
 
 import spark_differential as sd
-from spark_differential import lattice
+from spark_differential import iterate, lattice
 from spark_differential.chunks import CONF, Chunks
 from spark_differential.errors import ConfigurationError
 
@@ -125,6 +125,32 @@ def test_reachability_and_reduce_in_time_chunks(spark, caplog):
         assert_matches(reach, Coll(("case", "node"), consolidate(exp_reach)))
         assert_matches(dist, Coll(("case", "node", "dist"), consolidate(exp_dist)))
     assert _sliced(caplog)
+
+
+@pytest.mark.parametrize("few", [True, False], ids=["broadcast", "shuffle-hash"])
+def test_join_with_outer_collection_forms_pairs_on_the_jvm(spark, monkeypatch, few):
+    """In a chunked loop, a join of the loop collection with a collection from outside the
+    loop runs as a JVM pair join (``iterate._pair_join``), whichever side the loop
+    collection is on and whether its changes are broadcast or hashed per partition."""
+    lat = Total()
+    edges, roots, per_case = batched_graphs(43, 6, lat, n=12)
+    calls = []
+    pair_join = iterate._pair_join
+    monkeypatch.setattr(iterate, "_pair_join", lambda *a, **k: calls.append(k["few"]) or pair_join(*a, **k))
+    monkeypatch.setattr(iterate, "FEW_CHANGES", 10**9 if few else 0)
+    e = to_df(spark, edges, lat).withColumnRenamed("src", "node")
+    expected = []
+    for c, (ec, rc) in enumerate(per_case):
+        expected += prefixed(c, ref_bfs(ec, rc, lat))
+    with chunk_rows(spark, "4"):
+        got = to_df(spark, roots, lat).dd_iterate(
+            lambda d: e.dd_join(d, on=["case", "node"])  # the loop collection on the right
+            .select("case", F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+            .dd_concat(d)
+            .dd_min(by=["case", "node"], col="dist")
+        )
+        assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    assert calls and set(calls) == {few}
 
 
 def test_nested_and_product_loops_run_unsliced(spark, caplog):
