@@ -423,8 +423,8 @@ def _pair_join(
     broadcast instead, as in :func:`_semi`.
     """
     nk, w = params.nkeys, ttype.width
-    build = [(lambda df: F.broadcast(df)) if few else (lambda df: df.hint("shuffle_hash")), lambda df: df]
-    left, right = (build[j != small](df) for j, df in enumerate(sides))
+    build = F.broadcast(sides[small]) if few else sides[small].hint("shuffle_hash")
+    left, right = [build if j == small else df for j, df in enumerate(sides)]
     on = [BUCKET, KEY_HASH, *keys(nk)]
     r = right.select(*[F.col(c).alias(f"r{c}") for c in right.columns])
     cond = [left[c] == r[f"r{c}"] for c in on]
