@@ -392,6 +392,27 @@ def _keeps_trace(params: Any, in_loop: Sequence[bool]) -> list[bool]:
     return [True] * len(in_loop)
 
 
+def _touched_sides(news: Sequence[DataFrame | None], traces: Sequence[DataFrame | None], few: bool) -> list[DataFrame]:
+    """Each kernel input: its new updates plus its trace's rows of the keys any new update touches."""
+    present = [n for n in news if n is not None]
+    touched = present[0].select(BUCKET, KEY_HASH)
+    for n in present[1:]:
+        touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
+    touched = touched.distinct()
+    sides = []
+    for new, trace in zip(news, traces):
+        parts = []
+        if trace is not None:
+            parts.append(_semi(trace, touched, few=few))
+        if new is not None:
+            parts.append(new)
+        side = parts[0]
+        for p in parts[1:]:
+            side = side.unionByName(p)
+        sides.append(side)
+    return sides
+
+
 def _joins_outer(params: Any, entries: Sequence[Entry], loop_id: int) -> bool:
     """A ``dd_join`` of this loop's collection with a collection from outside all loops."""
     if not isinstance(params, JoinParams) or params.mode != "join" or len(entries) != 2:
@@ -501,30 +522,14 @@ def stateful_in_loop(
         else:
             news.append(None)
             traces.append(full)
+    few = ctx.weight <= FEW_CHANGES
     if pairs:
-        sides = [n if n is not None else t for n, t in zip(news, traces)]
         small = next(j for j, e in enumerate(entries) if e.loop_id == ctx.loop_id)
-        out = _pair_join(params, sides, small, out_fields, kernel_type, few=ctx.weight <= FEW_CHANGES)
-        return _stamp(finish(out, out_columns, kernel_type), [u for _, u in out_columns], Loop(kernel_type, ctx.loop_id),
-                      ctx.iteration, time_col=F.col(TIME))
-    present = [n for n in news if n is not None]
-    touched = present[0].select(BUCKET, KEY_HASH)
-    for n in present[1:]:
-        touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
-    touched = touched.distinct()
-    sides = []
-    for new, trace in zip(news, traces):
-        parts = []
-        if trace is not None:
-            parts.append(_semi(trace, touched, few=ctx.weight <= FEW_CHANGES))
-        if new is not None:
-            parts.append(new)
-        side = parts[0]
-        for p in parts[1:]:
-            side = side.unionByName(p)
-        sides.append(side)
-    schema = T.StructType([*out_fields, *time_fields(kernel_type)])
-    out = run_prepared(kernel, params, sides, schema)
+        sides = [n if n is not None else t for n, t in zip(news, traces)]
+        out = _pair_join(params, sides, small, out_fields, kernel_type, few=few)
+    else:
+        schema = T.StructType([*out_fields, *time_fields(kernel_type)])
+        out = run_prepared(kernel, params, _touched_sides(news, traces, few), schema)
     result = finish(out, out_columns, kernel_type)
     loop_t = Loop(kernel_type, ctx.loop_id)
     data = [user for _, user in out_columns]
