@@ -11,7 +11,7 @@ to the driver and no state lives in the UDF.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,19 @@ def _unary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> C
     return fn
 
 
+def _per_partition(
+    kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """One kernel call over all the rows of a partition (a partition holds whole buckets)."""
+
+    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = [b for b in batches if b.num_rows]
+        if rows:
+            yield from _call(kernel, params, schema, pa.Table.from_batches(rows)).to_batches()
+
+    return fn
+
+
 def _binary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> Callable[[pa.Table, pa.Table], pa.Table]:
     def fn(left: pa.Table, right: pa.Table) -> pa.Table:
         return _call(kernel, params, schema, left, right)
@@ -241,13 +254,23 @@ def run_prepared(
     params: Any,
     prepared: Sequence[DataFrame],
     out_schema: T.StructType,
+    partitions: int | None = None,
 ) -> DataFrame:
-    """Run ``kernel`` per bucket over inputs already in kernel form (see :func:`prepare`)."""
+    """Run ``kernel`` per bucket over inputs already in kernel form (see :func:`prepare`).
+
+    ``partitions``: the number of partitions the input is (usually already) partitioned
+    into by bucket; a one-input kernel then runs once per partition instead of per bucket."""
     spark = prepared[0].sparkSession
     schema = _arrow_schema(spark, out_schema)
     # the key hash only selects and places rows; kernels never read it, so it is not
     # shipped to Python (moving rows to the Python workers is most of a kernel's cost)
     prepared = [p.drop(KEY_HASH) for p in prepared]
+    if len(prepared) == 1 and partitions:
+        # one call per partition: no sort by bucket and no bucket column sent (10^7 rows to
+        # Python: 2.1-2.3 s against 3.6-3.9 s).  The repartition keeps every key's rows in one
+        # partition; Spark drops it when the input is partitioned so already (inside loops).
+        one = prepared[0].repartition(partitions, BUCKET).drop(BUCKET)
+        return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
     if len(prepared) == 1:
         return prepared[0].groupBy(BUCKET).applyInArrow(_unary(kernel, params, schema), out_schema)
     if len(prepared) == 2:

@@ -529,7 +529,7 @@ def stateful_in_loop(
         out = _pair_join(params, sides, small, out_fields, kernel_type, few=few)
     else:
         schema = T.StructType([*out_fields, *time_fields(kernel_type)])
-        out = run_prepared(kernel, params, _touched_sides(news, traces, few), schema)
+        out = run_prepared(kernel, params, _touched_sides(news, traces, few), schema, partitions=ctx.nparts)
     result = finish(out, out_columns, kernel_type)
     loop_t = Loop(kernel_type, ctx.loop_id)
     data = [user for _, user in out_columns]
@@ -728,7 +728,9 @@ def _run_loop(
         for p in parts[1:]:
             result = result.unionByName(p)
         if ctx.chunks is not None:
-            result = ctx.chunks.unchunked(result)
+            # one shuffle by the data columns, materialised once, serves both aggregations
+            # (per chunk, per time) partition by partition
+            result = ctx.chunks.unchunked(_checkpoint(result.repartition(ctx.nparts, *data)))
         return _checkpoint(_consolidate(result, data))
     finally:
         if bar is not None:

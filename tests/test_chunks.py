@@ -14,7 +14,7 @@ import pytest
 from helpers import assert_matches, to_df
 from oracle import Coll, Product, Total, acc, consolidate, ref_bfs, ref_distinct, ref_reachable
 from pyspark.sql import functions as F
-from test_iterate import batched_graphs, bfs, prefixed
+from test_iterate import batched_graphs, bfs, interval_edges, prefixed
 
 import spark_differential as sd
 from spark_differential import iterate, lattice
@@ -151,6 +151,35 @@ def test_join_with_outer_collection_forms_pairs_on_the_jvm(spark, monkeypatch, f
         )
         assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
     assert calls and set(calls) == {few}
+
+
+@pytest.mark.parametrize("rows", ["6", "off"], ids=["sliced", "unsliced"])
+def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeypatch, rows):
+    """``algorithms.bfs`` (roots concatenated in the loop, as differential dataflow's
+    ``examples/bfs.rs``) against the oracle; its ``dd_min`` kernel runs once per partition
+    (``mapInArrow``) over the trace and new updates, with no shuffle below the kernel."""
+    from spark_differential import algorithms, execution
+
+    lat = Total()
+    rng = random.Random(11)
+    edges = Coll(("src", "dst"), interval_edges(rng, 7, 14, lat, hi=9))
+    roots = Coll(("node",), [((0,), 0, 1), ((3,), 2, 1), ((3,), 6, -1)])
+    plans: list[str] = []
+    run_prepared = execution.run_prepared
+
+    def spy(*a, **k):
+        out = run_prepared(*a, **k)
+        plans.append(out._jdf.queryExecution().executedPlan().toString())
+        return out
+
+    monkeypatch.setattr(execution, "run_prepared", spy)
+    with chunk_rows(spark, rows):
+        got = algorithms.bfs(to_df(spark, edges, lat), to_df(spark, roots, lat))
+        assert_matches(got, ref_bfs(edges, roots, lat))
+    # the plan down to materialised inputs (checkpoints; caches while the body is discovered)
+    kernels = [p.split("InMemoryRelation")[0] for p in plans if "MapInArrow" in p]
+    assert len(kernels) > 2, plans
+    assert all("Exchange hashpartitioning" not in p for p in kernels), kernels
 
 
 def test_nested_and_product_loops_run_unsliced(spark, caplog):
