@@ -4,7 +4,9 @@ A stateful operator on collections becomes: encode each input's ``time`` into in
 leaves and rename columns to the kernels' positional names, hash the key columns
 into a fixed number of *buckets*, ``groupBy(bucket).applyInArrow`` (one input) or
 ``cogroup(...).applyInArrow`` (two inputs) so that every kernel call sees all
-updates of many keys, then rename back and decode the time.  Nothing is collected
+updates of many keys, then rename back and decode the time.  Inside ``dd_iterate``,
+whose kernel inputs are already partitioned by bucket, a one-input kernel runs once
+per partition (``mapInArrow``) instead: no sort by bucket, no bucket column sent.  Nothing is collected
 to the driver and no state lives in the UDF.
 """
 
