@@ -194,7 +194,7 @@ def time_fields(ttype: TimeType) -> list[T.StructField]:
     return [T.StructField(n, T.LongType(), False) for n in times(ttype.width)] + [T.StructField(D, T.LongType(), False)]
 
 
-def _arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
+def arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
@@ -263,7 +263,7 @@ def run_prepared(
     ``partitions``: the number of partitions the input is (usually already) partitioned
     into by bucket; a one-input kernel then runs once per partition instead of per bucket."""
     spark = prepared[0].sparkSession
-    schema = _arrow_schema(spark, out_schema)
+    schema = arrow_schema(spark, out_schema)
     # the key hash only selects and places rows; kernels never read it, so it is not
     # shipped to Python (moving rows to the Python workers is most of a kernel's cost)
     prepared = [p.drop(KEY_HASH) for p in prepared]

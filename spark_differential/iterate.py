@@ -26,6 +26,12 @@ follows the *differences* at ``i`` (semi-naive):
   over the outer time ``t`` only and consolidated in place (seed 001, "update in
   place").  Memory follows the distinct outer-time history, not the number of
   iterations.
+* A reduction of the loop collection whose data columns are ``long`` keeps its trace
+  *packed*: one row per key holding the key's consolidated updates as one binary
+  value (:mod:`spark_differential.kernels.packed`).  Its kernel gets the new updates
+  and the packed traces of the keys they touch, and returns its output and those
+  keys' traces with the updates merged in, which replace them.  A touched key's
+  history then crosses to Python as one value instead of one row per update.
 * Collections from outside the loop (``edges``) enter at iteration 0 automatically
   (their changes are all at iteration 0).
 * Lineage is cut every iteration (local checkpoints), so hundreds of iterations
@@ -63,9 +69,23 @@ from . import chunks as _chunks
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
-from .execution import BUCKET, KEY_HASH, Input, buckets, finish, prepare, shuffle_partitions, time_fields
+from .execution import (
+    BUCKET,
+    KEY_HASH,
+    Input,
+    arrow_schema,
+    bucket_of,
+    buckets,
+    finish,
+    key_hash,
+    prepare,
+    shuffle_partitions,
+    time_fields,
+)
 from .kernels.common import NEW, D, keys, names, times
 from .kernels.join import JoinParams
+from .kernels.packed import BLOB, PackedParams
+from .kernels.packed import run as run_packed
 from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
@@ -98,6 +118,19 @@ def _checkpoint(df: DataFrame) -> DataFrame:
         raise
 
 
+def _release(df: DataFrame) -> None:
+    """Free the blocks of a checkpoint nothing reads any more, now (see :func:`_collect_garbage`).
+
+    Only for checkpoints whose every reader has run: a later job reading one fails
+    ("checkpoint block not found"), it never reads other data."""
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        if plan.nodeName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
+    except Exception:  # pragma: no cover - not a classic session's checkpoint: the driver GC frees it
+        pass
+
+
 def _collect_garbage(spark: Any) -> None:
     """Let Spark free the checkpoints of earlier iterations that nothing references any more.
 
@@ -127,6 +160,7 @@ class Slot:
     traces: dict[int, list[DataFrame]] = field(default_factory=dict)
     weights: dict[int, list[int]] = field(default_factory=dict)  # estimated rows of each trace batch
     outer: dict[int, DataFrame] = field(default_factory=dict)
+    packed: DataFrame | None = None  # the trace packed per key (see spark_differential.kernels.packed)
     nested: NestedState | None = None
 
     def trace(self, j: int) -> DataFrame | None:
@@ -139,7 +173,8 @@ class Slot:
         return out
 
     def cached(self) -> list[DataFrame]:
-        return [b for bs in self.traces.values() for b in bs] + list(self.outer.values())
+        packed = [self.packed] if self.packed is not None else []
+        return [b for bs in self.traces.values() for b in bs] + list(self.outer.values()) + packed
 
 
 @dataclass
@@ -166,6 +201,8 @@ class LoopContext:
         self.captured_store = captured  # accumulated captured collections, owned by the enclosing loop
         self.captured_now: dict[tuple[int, int], DataFrame] = {}
         self.transient: list[DataFrame] = []  # operator outputs of the current iteration
+        self.consolidated: list[DataFrame] = []  # outputs of this iteration known to be consolidated
+        self.loose = False  # this iteration left materialised data for the driver GC to free
         self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.chunks)
         self.discovering = False  # a first call of the body that only records what enters the loop
         self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
@@ -184,19 +221,27 @@ class LoopContext:
 
         Iterations whose changes still grow drop about as much as everything before them and
         hint every time; the long tail of small iterations, and merges of small batches,
-        wait until their garbage adds up to ``GC_SHARE`` of the loop's rows.
+        wait until their garbage adds up to ``GC_SHARE`` of the loop's rows.  Nothing
+        dropped (every checkpoint of the iteration freed explicitly): no hint.
         """
-        if self.dropped >= GC_SHARE * self.churned:
+        if self.dropped and self.dropped >= GC_SHARE * self.churned:
             _collect_garbage(self.spark)
             self.dropped = 0
 
     def begin(self, iteration: int) -> None:
         self.iteration = iteration
         self.cursor = 0
+        self.consolidated = []
+        self.loose = False
+
+    def is_consolidated(self, df: DataFrame) -> bool:
+        """Whether ``df`` is an operator output of this iteration already consolidated."""
+        return any(df is c for c in self.consolidated)
 
     def drop_transient(self) -> None:
         for df in self.transient:
             df.unpersist()
+            _release(df)
         self.transient = []
 
     def end(self) -> None:
@@ -460,6 +505,77 @@ def _pair_join(
     return out.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in fields])
 
 
+def _packs(params: Any, inputs: Sequence[Input], entries: Sequence[Entry], loop_id: int) -> bool:
+    """Whether an operator keeps its trace packed per key: a reduction of one loop
+    collection whose data columns are all ``long`` (times and diffs always are)."""
+    if not isinstance(params, ReduceParams) or len(inputs) != 1 or entries[0].loop_id != loop_id:
+        return False
+    inp = inputs[0]
+    return all(isinstance(inp.cs.field(c).dataType, T.LongType) for c in inp.data)
+
+
+def _packed_in_loop(
+    ctx: LoopContext,
+    slot: Slot,
+    kernel: Callable[..., pa.Table],
+    params: ReduceParams,
+    inp: Input,
+    out_fields: Sequence[T.StructField],
+    out_columns: Sequence[tuple[str, str]],
+    kernel_type: TimeType,
+) -> DataFrame:
+    """A one-input operator whose trace is one packed row per key.
+
+    The kernel gets this iteration's updates and the packed traces of the keys they
+    touch, and returns its output and those keys' traces with the updates merged in;
+    the operator's trace then becomes the untouched keys' rows plus the returned ones
+    (shuffled by bucket: only the touched keys move).  Each key's history is rewritten
+    consolidated whenever it is touched, so there are no trace batches to merge.
+    """
+    from .execution import run_prepared
+
+    new = ctx.materialise(prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET))
+    ctx.transient.append(new)  # read by this iteration's jobs only, then freed at once (no GC hint needed)
+    k = keys(params.nkeys)
+    cols = [*names("_a", params.ndata), *times(kernel_type.width), D]
+    few = ctx.weight <= FEW_CHANGES
+    touched = new.select(BUCKET, KEY_HASH).distinct()
+    side = new.withColumn(BLOB, F.lit(None).cast("binary"))
+    if slot.packed is not None:
+        sent = _semi(slot.packed, touched, few=few).select(
+            BUCKET, KEY_HASH, *k, *[F.lit(None).cast("long").alias(c) for c in cols], F.lit(False).alias(NEW), BLOB
+        )
+        side = sent.unionByName(side)
+    fields = [*out_fields, *[T.StructField(f.name, f.dataType, True) for f in time_fields(kernel_type)]]
+    pp = PackedParams(kernel, params, params.nkeys, tuple(cols), arrow_schema(ctx.spark, T.StructType(fields)))
+    schema = T.StructType([*fields, T.StructField(BLOB, T.BinaryType(), True)])
+    out = ctx.materialise(run_prepared(run_packed, pp, [side], schema, partitions=ctx.nparts))
+    ctx.transient.append(out)
+    result = finish(out.where(F.col(BLOB).isNull()).drop(BLOB), out_columns, kernel_type)
+    loop_t = Loop(kernel_type, ctx.loop_id)
+    result = _stamp(result, [user for _, user in out_columns], loop_t, ctx.iteration, time_col=F.col(TIME))
+    if ctx.discovering:
+        return result
+    if ctx.iteration == 0:
+        log.debug("dd_iterate: %s keeps its trace packed, one row per key", params.op)
+    if params.agg in ("min", "max") and kernel_type.is_total():
+        # one value per key and time, keys distinct per row: nothing to consolidate
+        ctx.consolidated.append(result)
+    khash = key_hash([F.col(c) for c in k])
+    back = out.where(F.col(BLOB).isNotNull()).select(
+        bucket_of(khash, ctx.nbuckets, ctx.nparts).alias(BUCKET), khash.alias(KEY_HASH), *k, BLOB
+    ).repartition(ctx.nparts, BUCKET)
+    kept = None
+    if slot.packed is not None:
+        probe = F.broadcast(touched) if few else touched.hint("shuffle_hash")
+        kept = slot.packed.join(probe, [BUCKET, KEY_HASH], "left_anti")
+    previous = slot.packed
+    slot.packed = _checkpoint(back if kept is None else kept.unionByName(back))
+    if previous is not None:
+        _release(previous)
+    return result
+
+
 def stateful_in_loop(
     op: str,
     kernel: Callable[..., pa.Table],
@@ -488,11 +604,17 @@ def stateful_in_loop(
     chunks = ctx.chunks if mode is not None else None  # discovery guarantees a mode when chunks are set
     if chunks is not None:
         params, out_fields = _chunk_params(params, mode, out_fields)
+    if _packs(params, inputs, entries, ctx.loop_id):
+        inp = inputs[0]
+        if chunks is not None:
+            inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
+        return _packed_in_loop(ctx, slot, kernel, params, inp, out_fields, out_columns, kernel_type)
     news: list[DataFrame | None] = []
     traces: list[DataFrame | None] = []
     pending: list[tuple[int, DataFrame]] = []
     keep = _keeps_trace(params, [e.loop_id == ctx.loop_id for e in entries])
     pairs = chunks is not None and _joins_outer(params, entries, ctx.loop_id)
+    ctx.loose = ctx.loose or not pairs
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
             if chunks is not None:
@@ -697,12 +819,18 @@ def _run_loop(
         i = 0
         while True:
             ctx.begin(i)
-            out = _check_body_output(body(v), cs, loop_t)
+            raw = body(v)
+            out = _check_body_output(raw, cs, loop_t)
             ctx.end()
-            nxt = out if i > 0 else out.unionByName(entered.select(*data, TIME, (-F.col(DIFF)).alias(DIFF)))
-            nxt = _checkpoint(_stamp(_consolidate(nxt, data), data, loop_t, i + 1))
+            if i > 0 and ctx.is_consolidated(raw):  # e.g. a dd_min's output: no shuffle
+                log.debug("dd_iterate: iteration %d: the body's result is consolidated already", i + 1)
+                nxt = _checkpoint(_stamp(out, data, loop_t, i + 1))
+            else:
+                nxt = out if i > 0 else out.unionByName(entered.select(*data, TIME, (-F.col(DIFF)).alias(DIFF)))
+                nxt = _checkpoint(_stamp(_consolidate(nxt, data), data, loop_t, i + 1))
             ctx.drop_transient()
-            ctx.drop(ctx.weight)  # this iteration's operator inputs and outputs, mostly dropped now
+            if ctx.loose:  # this iteration's operator inputs and outputs, mostly dropped now
+                ctx.drop(ctx.weight)
             ctx.collect_garbage()
             changes = nxt.count()
             elapsed = _time.time() - started
@@ -801,6 +929,7 @@ def dd_iterate(
     if ctx.discovering:
         raise _NotChunkable("the body nests a dd_iterate")
     _, slot = ctx.next_slot(op, 1)
+    ctx.loose = True
     if slot.nested is None:
         slot.nested = NestedState()
     st = slot.nested

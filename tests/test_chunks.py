@@ -154,10 +154,12 @@ def test_join_with_outer_collection_forms_pairs_on_the_jvm(spark, monkeypatch, f
 
 
 @pytest.mark.parametrize("rows", ["6", "off"], ids=["sliced", "unsliced"])
-def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeypatch, rows):
+def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeypatch, caplog, rows):
     """``algorithms.bfs`` (roots concatenated in the loop, as differential dataflow's
     ``examples/bfs.rs``) against the oracle; its ``dd_min`` kernel runs once per partition
-    (``mapInArrow``) over the trace and new updates, with no shuffle below the kernel."""
+    (``mapInArrow``) over the packed trace and new updates, with no shuffle below the
+    kernel, and the loop takes ``dd_min``'s output as consolidated."""
+    caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
     from spark_differential import algorithms, execution
 
     lat = Total()
@@ -180,6 +182,9 @@ def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeyp
     kernels = [p.split("InMemoryRelation")[0] for p in plans if "MapInArrow" in p]
     assert len(kernels) > 2, plans
     assert all("Exchange hashpartitioning" not in p for p in kernels), kernels
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("dd_min keeps its trace packed" in m for m in messages), messages
+    assert any("consolidated already" in m for m in messages), messages
 
 
 def test_nested_and_product_loops_run_unsliced(spark, caplog):

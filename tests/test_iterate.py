@@ -107,6 +107,21 @@ def test_bfs_random_graphs(spark, monkeypatch, name, few):
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
+def test_bfs_random_graphs_with_row_traces(spark, caplog, name):
+    """Distances as ``int``: ``dd_min``'s trace is kept as rows (only ``long`` data packs)."""
+    caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
+    lat = LATTICES[name]
+    edges, roots, per_case = batched_graphs(12, 6, lat)
+    r = to_df(spark, roots, lat)
+    got = bfs(r.withColumn("dist", F.col("dist").cast("int")), to_df(spark, edges, lat), keys=("case", "node"))
+    expected = []
+    for c, (e, rr) in enumerate(per_case):
+        expected += prefixed(c, ref_bfs(e, rr, lat))
+    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    assert not any("packed" in rec.getMessage() for rec in caplog.records)
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
 def test_reachability_random_graphs(spark, name):
     lat = LATTICES[name]
     edges, roots, per_case = batched_graphs(23, 10, lat)

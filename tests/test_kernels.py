@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,6 +52,7 @@ from spark_differential.kernels import asof as kasof
 from spark_differential.kernels import consolidate as kcons
 from spark_differential.kernels import extremum as kextremum
 from spark_differential.kernels import join as kjoin
+from spark_differential.kernels import packed as kpacked
 from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels import stab as kstab
 
@@ -375,7 +377,7 @@ def _rows(t: pa.Table) -> list[tuple]:
 @SETTINGS
 @given(data=st.data())
 def test_min_max_vectorised_matches_snapshot_path(data: st.DataObject) -> None:
-    """dd_min/dd_max's numpy path (kernels.extremum) gives exactly the general snapshot
+    """dd_min/dd_max's compiled path (kernels.extremum) gives exactly the general snapshot
     path's rows on wider tables than the oracle draws: string and two-column keys with
     nulls, string or int values with nulls, a second data column, int and AltNeu times,
     old and new updates sharing rows."""
@@ -403,6 +405,62 @@ def test_min_max_vectorised_matches_snapshot_path(data: st.DataObject) -> None:
     assert fast is not None
     slow = kreduce._reduce_total(p, X)
     assert _rows(fast) == _rows(slow.select(fast.column_names).cast(fast.schema))
+
+
+def _consolidated_rows(t: pa.Table) -> list[tuple]:
+    """Rows of ``t`` summed over every column but ``_d`` (zero sums dropped), sorted."""
+    acc: dict[tuple, int] = {}
+    cols = [c for c in t.column_names if c not in ("_d", "_new", kpacked.BLOB)]
+    for row in zip(*[t.column(c).to_pylist() for c in [*cols, "_d"]]):
+        acc[row[:-1]] = acc.get(row[:-1], 0) + row[-1]
+    return sorted(((*k, v) for k, v in acc.items() if v), key=repr)
+
+
+@pytest.mark.parametrize("name", ["int", "product2"])
+@SETTINGS
+@given(data=st.data())
+def test_packed_trace_runs_the_kernel_as_rows(name: str, data: st.DataObject) -> None:
+    """kernels.packed: the trace of earlier updates packed one blob per key, sent with the
+    new updates, gives the reduction kernel's answer (against the oracle, F(all) − F(old))
+    and returns every received key's trace with the new updates merged, consolidated;
+    keys whose updates cancel come back with no blob."""
+    lat = LATTICES[name]
+    agg = data.draw(st.sampled_from(["min", "max", "count", "sum"]))
+    c, flags = _loop_input(data, _coll(data, ("k", "x"), lat, max_size=14), True)
+    tt = lib_type(lat)
+    X = kernel_table(c, lat, ["k"], data=["x"], new=flags)
+    p = kreduce.ReduceParams(nkeys=1, ndata=1, ttype=tt, agg=agg, out_types=(pa.int64(),), out_names=("x",))
+    cols = ("_a0", *[f"_t{i}" for i in range(tt.width)], "_d")
+    out_schema = pa.schema([pa.field("_k0", pa.int64()), pa.field("_o0", pa.int64()), *[pa.field(c, pa.int64()) for c in cols[1:]]])
+    pp = kpacked.PackedParams(kreduce.reduce, p, 1, cols, out_schema)
+    new = pc.equal(X.column("_new"), True)
+    old, fresh = X.filter(pc.invert(new)), X.filter(new)
+    schema = fresh.schema.append(pa.field(kpacked.BLOB, pa.binary()))
+
+    def as_trace(key: pa.ChunkedArray | pa.Array, blobs: pa.ChunkedArray | pa.Array) -> pa.Table:
+        # what the loop sends for packed traces: keys and blob, every other column null
+        n = len(key)
+        cols = {"_k0": key, "_new": pa.array([False] * n), kpacked.BLOB: blobs}
+        return pa.table([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+    key_rows, pieces = kpacked._pack(pp, old)
+    blobs = pa.chunked_array(pieces, pa.binary()) if pieces else pa.chunked_array([], pa.binary())
+    side = pa.concat_tables([as_trace(key_rows.column("_k0"), blobs), fresh.append_column(kpacked.BLOB, pa.nulls(fresh.num_rows, pa.binary()))])
+    out = kpacked.run(pp, side)
+    got_rows = out.filter(pc.is_null(out.column(kpacked.BLOB))).drop_columns([kpacked.BLOB])
+    if agg == "count":
+        reference = lambda x: ref_count(x, ["k"], lat)  # noqa: E731
+    else:
+        fn = {"min": ref_min, "max": ref_max, "sum": ref_sum}[agg]
+        reference = lambda x: fn(x, ["k"], "x", lat)  # noqa: E731
+    expected = _reference(reference, [c], [flags], True)
+    assert_updates_equal(updates_of(got_rows, ["_k0", "_o0"], lat), expected.updates)
+    back = out.filter(pc.is_valid(out.column(kpacked.BLOB)))
+    assert len(set(back.column("_k0").to_pylist())) == back.num_rows  # one blob per key
+    unpacked = kpacked._unpack(pp, as_trace(back.column("_k0"), back.column(kpacked.BLOB)))
+    received = set(X.column("_k0").to_pylist())
+    assert set(unpacked.column("_k0").to_pylist()) <= received
+    assert _consolidated_rows(unpacked) == _consolidated_rows(X.select(["_k0", *cols]))
 
 
 @SETTINGS

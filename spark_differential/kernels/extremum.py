@@ -1,23 +1,24 @@
-"""``dd_min`` / ``dd_max`` over a totally ordered time, vectorised in numpy.
+"""``dd_min`` / ``dd_max`` over a totally ordered time: one compiled sweep per key.
 
 On ``(data, time, diff)``: for every key and time, the output accumulates to the
 smallest (largest) value among the key's rows with positive accumulated
 multiplicity (rows whose value is null never count).  The general reduction path
 (:func:`.reduce.reduce`) gives the same answer with a dozen SQL queries per call;
-here every column becomes integer ids and the work is a few sorts:
+here the rows are numbered (keys, times and data rows become integer ids, values
+comparable int64s) and sorted by ``(key, time)`` once, and a function compiled with
+numba walks each key's history in time order:
 
-* each (key, row) becomes *segments* of constant positive running count
-  ``[t, next change)`` on a dense time axis;
-* the times at which a key's input changes are *points* on one sorted
-  ``(key, time)`` axis; each segment finds the points it covers with two binary
-  searches (as in :mod:`.stab`), and each point keeps the least value covering it;
-* the output changes where a key's extremum changes from one point to the next.
+* a row of the key (its data columns) is alive while its running count is positive;
+* a min-tree over the key's distinct rows, ordered by value, gives the least live
+  value after each time's updates in ``O(log rows)``;
+* the output changes where the key's extremum changes from one time to the next.
 
 Inside an iteration (``_new`` marks this iteration's updates, the rest is trace)
-the kernel returns ``F(trace + new) − F(trace)`` for keys with new updates, and
-evaluates only points at or after a key's earliest new update: before it the two
-inputs accumulate alike, so their outputs agree and cancel.  A key's older history
-still counts, through the segments that cover those points.
+the kernel returns ``F(trace + new) − F(trace)`` for keys with new updates: both
+are swept together (the trace's rows counted twice: in both trees), and only times
+at or after a key's earliest new update are compared.  Before that time the two
+inputs accumulate alike, their outputs agree and cancel, so at the key's first
+compared time only the two current values are emitted.
 
 Columns of a type whose equality is not plain value equality in Arrow (floating
 point: ``-0.0``, NaN payloads; nested types) are left to the general path
@@ -29,61 +30,149 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numba import njit
 
 from .common import NEW, keys, names, times
-from .stab import dense_ranks, exact_type, expand, ids, segments, sort_order, unique_sorted
+from .stab import dense_ranks, exact_type, ids, sort_order
 
-_NONE = np.iinfo(np.int64).max  # "no value alive" at a point
-
-
-def _representatives(ids: np.ndarray) -> np.ndarray:
-    """For every id value ``i`` in ``ids`` (shifted to start at 0), one row index having it."""
-    rep = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
-    rep[ids] = np.arange(len(ids), dtype=np.int64)
-    return rep
+_NONE = np.iinfo(np.int64).max  # an empty tree node: no live row
 
 
-def _least_at(
-    points: np.ndarray,
-    stride: int,
-    kid: np.ndarray,
-    row: np.ndarray,
-    value: np.ndarray,
-    t: np.ndarray,
-    d: np.ndarray,
+@njit(cache=True, nogil=True)
+def _set(tree: np.ndarray, size: int, slot: int, live: bool) -> None:
+    """Mark ``slot`` live or not in a min-tree of slot indices (leaves at ``size + slot``)."""
+    pos = size + slot
+    tree[pos] = slot if live else _NONE
+    pos //= 2
+    while pos >= 1:
+        a, b = tree[2 * pos], tree[2 * pos + 1]
+        tree[pos] = a if a < b else b
+        pos //= 2
+
+
+@njit(cache=True, nogil=True)
+def _sweep(
     order: np.ndarray,
-) -> np.ndarray:
-    """For every point ``kid * stride + t`` in sorted ``points``: the least ``value`` among
-    rows whose running count (summed in time order per ``row``; ``order`` sorts the rows
-    by ``(row, t)``) is positive there."""
-    least = np.full(len(points), _NONE, dtype=np.int64)
-    if len(row) == 0 or len(points) == 0:
-        return least
-    order, count, start, end = segments(row, t, d, stride - 1, order)  # open: beyond every time rank
-    keep = (count > 0) & (end > start)
-    base = kid[order][keep] * stride
-    lo = np.searchsorted(points, base + start[keep], side="left")
-    hi = np.searchsorted(points, base + end[keep], side="left")
-    seg_of, at = expand(lo, hi)
-    if len(at):
-        np.minimum.at(least, at, value[order][keep][seg_of])
-    return least
+    kid: np.ndarray,
+    trank: np.ndarray,
+    slot: np.ndarray,
+    d: np.ndarray,
+    new: np.ndarray,
+    val_of: np.ndarray,
+    row_of: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(row of the key and time, row of the value, diff)`` of ``F(all) − F(old)``.
+
+    Rows come sorted by ``(kid, trank)`` (``order[i]``: the row of position ``i``);
+    ``slot`` numbers the data rows of each key densely in value order (a key's slots
+    are consecutive), ``val_of``/``row_of`` give a slot's comparable value and a row
+    holding it."""
+    n = len(order)
+    cap = 4 * n + 4
+    out_row = np.empty(cap, np.int64)
+    out_vrow = np.empty(cap, np.int64)
+    out_d = np.empty(cap, np.int64)
+    m = 0
+    ev_val = np.empty(4, np.int64)
+    ev_row = np.empty(4, np.int64)
+    ev_d = np.empty(4, np.int64)
+    cnt_all = np.zeros(len(val_of), np.int64)
+    cnt_old = np.zeros(len(val_of), np.int64)
+    tree_all = np.empty(2, np.int64)
+    tree_old = np.empty(2, np.int64)
+    g0 = 0
+    while g0 < n:
+        k = kid[g0]
+        g1 = g0 + 1
+        start = trank[g0] if new[g0] else _NONE
+        base = top = slot[g0]
+        while g1 < n and kid[g1] == k:
+            if new[g1] and trank[g1] < start:
+                start = trank[g1]
+            base = min(base, slot[g1])
+            top = max(top, slot[g1])
+            g1 += 1
+        if start == _NONE:  # no new update: the key's output does not change
+            g0 = g1
+            continue
+        size = 1
+        while size < top - base + 1:
+            size *= 2
+        if len(tree_all) < 2 * size:
+            tree_all = np.empty(2 * size, np.int64)
+            tree_old = np.empty(2 * size, np.int64)
+        tree_all[: 2 * size] = _NONE
+        tree_old[: 2 * size] = _NONE
+        first = True
+        had_all = had_old = False
+        prev_all = prev_old = prev_all_row = prev_old_row = 0
+        i = g0
+        while i < g1:
+            t = trank[i]
+            j = i
+            while j < g1 and trank[j] == t:
+                g = slot[j]
+                s = g - base
+                before = cnt_all[g] > 0
+                cnt_all[g] += d[j]
+                if (cnt_all[g] > 0) != before:
+                    _set(tree_all, size, s, not before)
+                if not new[j]:
+                    before = cnt_old[g] > 0
+                    cnt_old[g] += d[j]
+                    if (cnt_old[g] > 0) != before:
+                        _set(tree_old, size, s, not before)
+                j += 1
+            i = j
+            if t < start:
+                continue
+            sa, so = tree_all[1], tree_old[1]
+            has_all, has_old = sa != _NONE, so != _NONE
+            va = val_of[base + sa] if has_all else 0
+            vo = val_of[base + so] if has_old else 0
+            ne = 0
+            if first or has_all != had_all or va != prev_all:
+                if has_all:
+                    ev_val[ne], ev_row[ne], ev_d[ne] = va, row_of[base + sa], 1
+                    ne += 1
+                if not first and had_all:
+                    ev_val[ne], ev_row[ne], ev_d[ne] = prev_all, prev_all_row, -1
+                    ne += 1
+            if first or has_old != had_old or vo != prev_old:
+                if has_old:
+                    ev_val[ne], ev_row[ne], ev_d[ne] = vo, row_of[base + so], -1
+                    ne += 1
+                if not first and had_old:
+                    ev_val[ne], ev_row[ne], ev_d[ne] = prev_old, prev_old_row, 1
+                    ne += 1
+            for a in range(ne):  # consolidate the time's changes by value
+                if ev_d[a] == 0:
+                    continue
+                for b in range(a + 1, ne):
+                    if ev_d[b] != 0 and ev_val[b] == ev_val[a]:
+                        ev_d[a] += ev_d[b]
+                        ev_d[b] = 0
+                if ev_d[a] != 0:
+                    out_row[m], out_vrow[m], out_d[m] = order[j - 1], ev_row[a], ev_d[a]
+                    m += 1
+            if has_all:
+                prev_all, prev_all_row = va, row_of[base + sa]
+            if has_old:
+                prev_old, prev_old_row = vo, row_of[base + so]
+            had_all, had_old, first = has_all, has_old, False
+        g0 = g1
+    return out_row[:m], out_vrow[:m], out_d[:m]
 
 
-def _changes(least: np.ndarray, first: np.ndarray, sign: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(point index, value, diff)`` where the extremum changes from one point to the next.
-
-    At a key's first point only the new value is emitted: the value before it is the
-    same for both inputs of the difference and cancels."""
-    prev = np.empty_like(least)
-    prev[1:] = least[:-1]
-    changed = first | (least != prev)
-    plus = np.nonzero(changed & (least != _NONE))[0]
-    minus = np.nonzero(changed & ~first & (prev != _NONE))[0]
-    idx = np.concatenate([plus, minus])
-    val = np.concatenate([least[plus], prev[minus]])
-    diff = np.concatenate([np.full(len(plus), sign, np.int64), np.full(len(minus), -sign, np.int64)])
-    return idx, val, diff
+def _comparable(column: pa.ChunkedArray | pa.Array, largest: bool) -> np.ndarray:
+    """int64s ordered as the values (reversed for ``largest``), equal exactly when they are."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    t = arr.type
+    if pa.types.is_integer(t) and (pa.types.is_signed_integer(t) or t.bit_width < 64):
+        v = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        v = pc.rank(arr, sort_keys="ascending", tiebreaker="dense").to_numpy().astype(np.int64)
+    return ~v if largest else v  # ~v = -v - 1: order reversed, no overflow
 
 
 def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.DataType, X: pa.Table) -> pa.Table | None:
@@ -95,57 +184,26 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     if X.column("_a0").null_count:
         X = X.filter(pc.is_valid(X.column("_a0")))
     n = X.num_rows
-    kid = ids([X.column(c) for c in k], n)
-    trank, ntimes = dense_ranks([X.column(c).to_numpy() for c in t]) if n else (np.zeros(0, np.int64), 0)
-    new = X.column(NEW).to_numpy(zero_copy_only=False).astype(bool)
-    start = np.full(int(kid.max()) + 1 if n else 0, _NONE, dtype=np.int64)
-    np.minimum.at(start, kid[new], trank[new])
-    touched = start[kid] != _NONE
-    if not touched.all():
-        X, kid, trank, new = X.filter(pa.array(touched)), kid[touched], trank[touched], new[touched]
-        n = X.num_rows
     out_cols = [*k, "_o0", *t, "_d"]
     if n == 0:
         fields = [X.schema.field(c) for c in k] + [pa.field("_o0", out_type)] + [pa.field(c, pa.int64()) for c in [*t, "_d"]]
         return pa.schema(fields).empty_table()
-    rank = pc.rank(X.column("_a0").combine_chunks(), sort_keys="ascending", tiebreaker="dense").to_numpy()
-    value = rank.astype(np.int64) * (-1 if largest else 1)
-    row = dense_ranks([kid, ids([X.column(c) for c in a], n)])[0]
-    d = X.column("_d").to_numpy()
-    stride = ntimes + 1
-    pos = kid * stride + trank
-    points = unique_sorted(pos[trank >= start[kid]])
-    first = np.ones(len(points), dtype=bool)
-    p_kid = points // stride
-    first[1:] = p_kid[1:] != p_kid[:-1]
-    old = ~new
-    order = sort_order([row, trank])
-    # the old rows in the same order (a subsequence of a sorted order is sorted), renumbered
-    order_old = (np.cumsum(old) - 1)[order[old[order]]]
-    parts = [
-        _changes(_least_at(points, stride, kid, row, value, trank, d, order), first, 1),
-        _changes(_least_at(points, stride, kid[old], row[old], value[old], trank[old], d[old], order_old), first, -1),
-    ]
-    idx = np.concatenate([p[0] for p in parts])
-    val = np.concatenate([p[1] for p in parts])
-    diff = np.concatenate([p[2] for p in parts])
-    # consolidate (point, value)
-    order = sort_order([idx, val])
-    idx, val, diff = idx[order], val[order], diff[order]
-    if len(idx):
-        head = np.ones(len(idx), dtype=bool)
-        head[1:] = (idx[1:] != idx[:-1]) | (val[1:] != val[:-1])
-        starts = np.nonzero(head)[0]
-        idx, val, diff = idx[starts], val[starts], np.add.reduceat(diff, starts)
-        keep = diff != 0
-        idx, val, diff = idx[keep], val[keep], diff[keep]
-    key_rows = _representatives(kid)[p_kid[idx]]
-    time_rows = _representatives(trank)[points[idx] % stride]
-    shift = int(value.min())
-    value_rows = _representatives(value - shift)[val - shift]
-    cols = {c: X.column(c).take(pa.array(key_rows)) for c in k}
-    cols["_o0"] = X.column("_a0").take(pa.array(value_rows)).cast(out_type)
-    for c in t:
-        cols[c] = X.column(c).take(pa.array(time_rows))
+    kid = ids([X.column(c) for c in k], n)
+    trank = dense_ranks([X.column(c).to_numpy() for c in t])[0]
+    val = _comparable(X.column("_a0"), largest)
+    # slots: a key's distinct data rows, numbered consecutively in value order
+    by_value = [kid, val] if ndata == 1 else [kid, val, ids([X.column(c) for c in a], n)]
+    slot, nslots = dense_ranks(by_value)
+    val_of = np.empty(nslots, np.int64)
+    val_of[slot] = val
+    row_of = np.empty(nslots, np.int64)
+    row_of[slot] = np.arange(n, dtype=np.int64)
+    new = X.column(NEW).to_numpy(zero_copy_only=False).astype(np.bool_)
+    d = X.column("_d").to_numpy().astype(np.int64)
+    order = sort_order([kid, trank]).astype(np.int64)
+    rows, vrows, diff = _sweep(order, kid[order], trank[order], slot[order], d[order], new[order], val_of, row_of)
+    at, vat = pa.array(rows), pa.array(vrows)
+    cols = {c: X.column(c).take(at) for c in [*k, *t]}
+    cols["_o0"] = X.column("_a0").take(vat).cast(out_type)
     cols["_d"] = pa.array(diff, pa.int64())
     return pa.table({c: cols[c] for c in out_cols})

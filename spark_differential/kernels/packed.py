@@ -1,0 +1,129 @@
+"""Traces packed as one binary value per key, for one-input operators inside ``dd_iterate``.
+
+On ``(data, time, diff)``: an operator in a loop keeps every update it has seen (its
+trace) and, at each iteration, hands a kernel the new updates together with the
+trace of the keys they touch.  Kept as rows, each touched key's whole history goes
+to Python again every iteration, one Arrow row (one value per column) at a time.
+Packed, a key's trace is a single row: its key columns and ``_blob``, the key's
+updates consolidated (summed per data and time, zero sums dropped) and laid out as
+int64 rows ``(data…, time leaves…, diff)``; Spark moves the blob as one binary value
+and Python unpacks all blobs of a call with one ``frombuffer``.
+
+:func:`run` takes the new updates (``_blob`` null) and the packed traces of the keys
+they touch (``_blob`` set, the other non-key columns null), unpacks the traces into
+rows with ``_new`` false, runs the operator's kernel on the whole, and returns its
+output (``_blob`` null) followed by the packed trace, new updates merged in, of
+every key it received: the caller replaces those keys' blobs with these.  A key
+whose updates all cancel comes back with no row (its trace is empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .common import NEW, keys
+from .stab import ids, sort_order
+
+BLOB = "_blob"
+_MAX_PIECE = 1 << 30  # bytes of blobs per Arrow array (32-bit offsets)
+
+
+@dataclass(frozen=True)
+class PackedParams:
+    """The wrapped kernel and how its input packs: ``cols`` are int64 columns, ``_d`` last."""
+
+    kernel: Callable[..., pa.Table] = field(compare=False)
+    params: Any
+    nkeys: int
+    cols: tuple[str, ...]
+    out_schema: pa.Schema  # the kernel's output columns (nullable), without ``_blob``
+
+
+def _unpack(p: PackedParams, X: pa.Table) -> pa.Table:
+    """New updates and unpacked trace rows (``_new`` false) as one table without ``_blob``."""
+    has = pc.is_valid(X.column(BLOB))
+    fresh = X.filter(pc.invert(has)).drop_columns([BLOB])
+    B = X.filter(has)
+    if B.num_rows == 0:
+        return fresh
+    arr = B.column(BLOB).combine_chunks()
+    wide = pa.types.is_large_binary(arr.type)  # spark.sql.execution.arrow.useLargeVarTypes
+    size = 8 if wide else 4
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(arr) + 1, offset=arr.offset * size)
+    width = len(p.cols)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    values = np.frombuffer(arr.buffers()[2], dtype=np.int64, count=(hi - lo) // 8, offset=lo).reshape(-1, width)
+    owner = np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(offsets) // (8 * width))
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {k: B.column(k).take(pa.array(owner)) for k in keys(p.nkeys)}
+    for i, c in enumerate(p.cols):
+        cols[c] = pa.array(np.ascontiguousarray(values[:, i]))
+    cols[NEW] = pa.array(np.zeros(len(owner), dtype=bool))
+    schema = fresh.schema
+    old = pa.table([cols[f.name] for f in schema], names=schema.names).cast(schema)
+    return pa.concat_tables([old, fresh])
+
+
+def _pack(p: PackedParams, T: pa.Table) -> tuple[pa.Table, list[pa.Array]]:
+    """Every key of ``T`` with its consolidated updates packed: (key rows, blob pieces)."""
+    k = keys(p.nkeys)
+    n = T.num_rows
+    kid = ids([T.column(c) for c in k], n)
+    cols = [T.column(c).to_numpy() for c in p.cols]
+    order = sort_order([kid, *cols[:-1]])
+    by = [kid[order], *[c[order] for c in cols[:-1]]]
+    head = np.zeros(n, dtype=bool)
+    if n:
+        head[0] = True
+        for c in by:
+            head[1:] |= c[1:] != c[:-1]
+    starts = np.nonzero(head)[0]
+    d = np.add.reduceat(cols[-1][order], starts) if n else np.zeros(0, np.int64)
+    keep = d != 0
+    rows = order[starts[keep]]
+    matrix = np.empty((len(rows), len(p.cols)), dtype=np.int64)
+    for i, c in enumerate(cols[:-1]):
+        matrix[:, i] = c[rows]
+    matrix[:, -1] = d[keep]
+    owner = kid[rows]
+    first = np.ones(len(owner), dtype=bool)
+    first[1:] = owner[1:] != owner[:-1]
+    starts = np.nonzero(first)[0]
+    key_rows = T.select(k).take(pa.array(rows[starts]))
+    bounds = np.append(starts, len(owner)) * (8 * len(p.cols))
+    data = matrix.reshape(-1).view(np.uint8)
+    pieces: list[pa.Array] = []
+    i = 0
+    while i < len(starts):  # pieces of at most _MAX_PIECE bytes (one key never split)
+        j = max(i + 1, int(np.searchsorted(bounds, bounds[i] + _MAX_PIECE, side="right")) - 1)
+        j = min(j, len(starts))
+        offs = (bounds[i : j + 1] - bounds[i]).astype(np.int32)
+        buf = pa.py_buffer(data[bounds[i] : bounds[j]].tobytes())
+        pieces.append(pa.Array.from_buffers(pa.binary(), j - i, [None, pa.py_buffer(offs.tobytes()), buf]))
+        i = j
+    return key_rows, pieces
+
+
+def run(p: PackedParams, X: pa.Table) -> pa.Table:
+    """The kernel's output rows (``_blob`` null), then one packed trace per key received."""
+    T = _unpack(p, X)
+    out = p.kernel(p.params, T)
+    schema = p.out_schema
+    result = pa.table(
+        [out.column(f.name).cast(f.type) if f.name in out.column_names else pa.nulls(out.num_rows, f.type) for f in schema],
+        schema=schema,
+    ).append_column(BLOB, pa.nulls(out.num_rows, pa.binary()))
+    key_rows, pieces = _pack(p, T)
+    nk = key_rows.num_rows
+    blobs = pa.chunked_array(pieces, type=pa.binary()) if pieces else pa.chunked_array([], type=pa.binary())
+    packed_cols: list[pa.Array | pa.ChunkedArray] = [
+        key_rows.column(f.name).cast(f.type) if f.name in key_rows.column_names else pa.nulls(nk, f.type) for f in schema
+    ]
+    packed = pa.table([*packed_cols, blobs], schema=result.schema)
+    return pa.concat_tables([result, packed])
+
