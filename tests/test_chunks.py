@@ -185,6 +185,9 @@ def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeyp
     messages = [r.getMessage() for r in caplog.records]
     assert any("dd_min keeps its trace packed" in m for m in messages), messages
     assert any("consolidated already" in m for m in messages), messages
+    if rows == "6":  # a kernel reads a packed trace of two batches, still without a shuffle
+        assert any("packed trace: 2 batches" in m for m in messages), messages
+        assert any("dd_join keeps the outer collection one row per key" in m for m in messages), messages
 
 
 def test_nested_and_product_loops_run_unsliced(spark, caplog):

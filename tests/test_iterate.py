@@ -107,6 +107,27 @@ def test_bfs_random_graphs(spark, monkeypatch, name, few):
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
+def test_bfs_random_graphs_with_packed_trace_batches(spark, monkeypatch, caplog, name):
+    """``dd_min``'s packed trace in several batches (never merged by size, at most 2):
+    the kernel reads each key's newest blob, against the oracle."""
+    from spark_differential import iterate
+
+    monkeypatch.setattr(iterate, "MERGE_RATIO", 0)
+    monkeypatch.setattr(iterate, "MAX_BATCHES", 2)
+    caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
+    lat = LATTICES[name]
+    edges, roots, per_case = batched_graphs(17, 10, lat)
+    got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
+    expected = []
+    for c, (e, r) in enumerate(per_case):
+        expected += prefixed(c, ref_bfs(e, r, lat))
+    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert any("packed trace: 2 batches" in m for m in messages), messages
+    assert any("batches merged" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
 def test_bfs_random_graphs_with_row_traces(spark, caplog, name):
     """Distances as ``int``: ``dd_min``'s trace is kept as rows (only ``long`` data packs)."""
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
@@ -296,3 +317,54 @@ def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
     ctx.drop(0)  # nothing dropped since: no hint
     ctx.collect_garbage()
     assert len(hints) == 3
+
+
+def test_packed_trace_batches_newest_blob_wins(spark, monkeypatch):
+    """A packed trace kept in batches (``iterate._pack_batch``): appended while small,
+    merged size-tiered; read back with each key's newest blob winning, it always holds
+    exactly the latest blob of every key, and an empty blob (a key whose updates
+    cancelled) hides the key's older blobs until a merge reaching the oldest batch drops
+    both."""
+    from spark_differential import iterate as it
+    from spark_differential.execution import BUCKET, KEY_HASH, bucket_of, key_hash
+    from spark_differential.kernels.packed import BLOB
+
+    nparts = it.shuffle_partitions(spark)
+    nbuckets = it.buckets(spark)
+
+    def blobs(kv: dict) -> tuple:
+        """(new blobs as the kernel returns them, touched keys): keyed, bucketed, partitioned."""
+        df = spark.createDataFrame([(k, v.encode()) for k, v in kv.items()], f"_k0 long, {BLOB} binary")
+        h = key_hash([F.col("_k0")])
+        df = df.select(bucket_of(h, nbuckets, nparts).alias(BUCKET), h.alias(KEY_HASH), "_k0", BLOB)
+        df = df.repartition(nparts, BUCKET)
+        return df, df.select(BUCKET, KEY_HASH).distinct()
+
+    def resolved(slot) -> dict:
+        latest: dict = {}
+        for batch in slot.packed:  # oldest first: newer blobs overwrite
+            for r in batch.collect():
+                latest[r["_k0"]] = bytes(r[BLOB]).decode()
+        return {k: v for k, v in latest.items() if v}
+
+    def step(slot, kv: dict, ratio: float, most: int) -> None:
+        monkeypatch.setattr(it, "MERGE_RATIO", ratio)
+        monkeypatch.setattr(it, "MAX_BATCHES", most)
+        back, touched = blobs(kv)
+        it._pack_batch(slot, back, touched, len(kv))
+
+    slot = it.Slot("dd_min", 1)
+    step(slot, {1: "a", 2: "b", 3: ""}, 2, 8)  # the first batch drops empty blobs
+    assert resolved(slot) == {1: "a", 2: "b"} and slot.packed_rows == [2]
+    step(slot, {2: "", 4: "d"}, 0, 8)  # never merged by size: a second batch
+    assert resolved(slot) == {1: "a", 4: "d"} and slot.packed_rows == [2, 2]
+    step(slot, {4: "d2", 5: "e"}, 0, 8)  # a third batch
+    assert resolved(slot) == {1: "a", 4: "d2", 5: "e"} and len(slot.packed) == 3
+    step(slot, {1: "a2"}, 0, 2)  # at most 2 batches: the three newest merge, the oldest stays
+    assert resolved(slot) == {1: "a2", 4: "d2", 5: "e"} and len(slot.packed) == 2
+    # the merged batch keeps key 2's empty blob: it still hides the oldest batch's "b"
+    assert [r[BLOB] for r in slot.packed[1].collect() if r["_k0"] == 2] == [bytearray()]
+    step(slot, {6: "f"}, 10**9, 8)  # everything merges into one batch, empty blobs dropped
+    assert resolved(slot) == {1: "a2", 4: "d2", 5: "e", 6: "f"} and len(slot.packed) == 1
+    assert sorted(r["_k0"] for r in slot.packed[0].collect()) == [1, 4, 5, 6]
+    assert slot.packed_rows == [4]

@@ -423,7 +423,9 @@ def test_packed_trace_runs_the_kernel_as_rows(name: str, data: st.DataObject) ->
     """kernels.packed: the trace of earlier updates packed one blob per key, sent with the
     new updates, gives the reduction kernel's answer (against the oracle, F(all) − F(old))
     and returns every received key's trace with the new updates merged, consolidated;
-    keys whose updates cancel come back with no blob."""
+    keys whose updates cancel come back with an empty blob.  With the trace in two
+    batches (``_seq``), a key's newest blob replaces its older one: the older batch holds
+    a stale trace (a random part of the true one) that must not be read."""
     lat = LATTICES[name]
     agg = data.draw(st.sampled_from(["min", "max", "count", "sum"]))
     c, flags = _loop_input(data, _coll(data, ("k", "x"), lat, max_size=14), True)
@@ -435,18 +437,30 @@ def test_packed_trace_runs_the_kernel_as_rows(name: str, data: st.DataObject) ->
     pp = kpacked.PackedParams(kreduce.reduce, p, 1, cols, out_schema)
     new = pc.equal(X.column("_new"), True)
     old, fresh = X.filter(pc.invert(new)), X.filter(new)
+    batches = data.draw(st.booleans())
     schema = fresh.schema.append(pa.field(kpacked.BLOB, pa.binary()))
+    if batches:
+        schema = schema.append(pa.field(kpacked.SEQ, pa.int32()))
 
-    def as_trace(key: pa.ChunkedArray | pa.Array, blobs: pa.ChunkedArray | pa.Array) -> pa.Table:
-        # what the loop sends for packed traces: keys and blob, every other column null
+    def as_trace(key: pa.ChunkedArray | pa.Array, blobs: pa.ChunkedArray | pa.Array, seq: int | None = None) -> pa.Table:
+        # what the loop sends for packed traces: keys and blob (and batch), every other column null
         n = len(key)
-        cols = {"_k0": key, "_new": pa.array([False] * n), kpacked.BLOB: blobs}
+        cols = {"_k0": key, "_new": pa.array([False] * n), kpacked.BLOB: blobs, kpacked.SEQ: pa.array([seq] * n, pa.int32())}
         return pa.table([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
 
-    key_rows, pieces = kpacked._pack(pp, old)
-    blobs = pa.chunked_array(pieces, pa.binary()) if pieces else pa.chunked_array([], pa.binary())
-    side = pa.concat_tables([as_trace(key_rows.column("_k0"), blobs), fresh.append_column(kpacked.BLOB, pa.nulls(fresh.num_rows, pa.binary()))])
-    out = kpacked.run(pp, side)
+    def packed_trace(rows: pa.Table, seq: int | None = None) -> pa.Table:
+        key_rows, pieces = kpacked._pack(pp, rows)
+        blobs = pa.chunked_array(pieces, pa.binary()) if pieces else pa.chunked_array([], pa.binary())
+        return as_trace(key_rows.column("_k0"), blobs, seq)
+
+    sent = [packed_trace(old, 1 if batches else None)]
+    if batches:  # an older batch (listed after the newer one) with a stale trace of some keys
+        stale = old.filter(pa.array(data.draw(st.lists(st.booleans(), min_size=old.num_rows, max_size=old.num_rows)), pa.bool_()))
+        sent.append(packed_trace(stale, 0))
+    fresh_side = fresh.append_column(kpacked.BLOB, pa.nulls(fresh.num_rows, pa.binary()))
+    if batches:
+        fresh_side = fresh_side.append_column(kpacked.SEQ, pa.nulls(fresh.num_rows, pa.int32()))
+    out = kpacked.run(pp, pa.concat_tables([*sent, fresh_side]))
     got_rows = out.filter(pc.is_null(out.column(kpacked.BLOB))).drop_columns([kpacked.BLOB])
     if agg == "count":
         reference = lambda x: ref_count(x, ["k"], lat)  # noqa: E731
@@ -456,10 +470,9 @@ def test_packed_trace_runs_the_kernel_as_rows(name: str, data: st.DataObject) ->
     expected = _reference(reference, [c], [flags], True)
     assert_updates_equal(updates_of(got_rows, ["_k0", "_o0"], lat), expected.updates)
     back = out.filter(pc.is_valid(out.column(kpacked.BLOB)))
-    assert len(set(back.column("_k0").to_pylist())) == back.num_rows  # one blob per key
-    unpacked = kpacked._unpack(pp, as_trace(back.column("_k0"), back.column(kpacked.BLOB)))
     received = set(X.column("_k0").to_pylist())
-    assert set(unpacked.column("_k0").to_pylist()) <= received
+    assert sorted(back.column("_k0").to_pylist()) == sorted(received)  # one blob per key received
+    unpacked = kpacked._unpack(pp, as_trace(back.column("_k0"), back.column(kpacked.BLOB), 0 if batches else None))
     assert _consolidated_rows(unpacked) == _consolidated_rows(X.select(["_k0", *cols]))
 
 

@@ -14,7 +14,12 @@ they touch (``_blob`` set, the other non-key columns null), unpacks the traces i
 rows with ``_new`` false, runs the operator's kernel on the whole, and returns its
 output (``_blob`` null) followed by the packed trace, new updates merged in, of
 every key it received: the caller replaces those keys' blobs with these.  A key
-whose updates all cancel comes back with no row (its trace is empty).
+whose updates all cancel comes back with an empty blob (its trace is empty).
+
+A trace may be kept as several batches of blobs, each newer batch replacing the
+blobs of the keys it holds (an empty blob: the key has no trace any more).  The
+blobs sent then carry ``_seq``, their batch's position, and :func:`run` uses the
+newest blob of each key.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from .common import NEW, keys
 from .stab import ids, sort_order
 
 BLOB = "_blob"
+SEQ = "_seq"  # a blob's trace batch (larger: newer); absent or null when the trace is one batch
 _MAX_PIECE = 1 << 30  # bytes of blobs per Arrow array (32-bit offsets)
 
 
@@ -48,10 +54,13 @@ class PackedParams:
 def _unpack(p: PackedParams, X: pa.Table) -> pa.Table:
     """New updates and unpacked trace rows (``_new`` false) as one table without ``_blob``."""
     has = pc.is_valid(X.column(BLOB))
-    fresh = X.filter(pc.invert(has)).drop_columns([BLOB])
+    extra = [BLOB, SEQ] if SEQ in X.column_names else [BLOB]
+    fresh = X.filter(pc.invert(has)).drop_columns(extra)
     B = X.filter(has)
     if B.num_rows == 0:
         return fresh
+    if SEQ in B.column_names:
+        B = _newest(p, B)
     arr = B.column(BLOB).combine_chunks()
     wide = pa.types.is_large_binary(arr.type)  # spark.sql.execution.arrow.useLargeVarTypes
     size = 8 if wide else 4
@@ -69,8 +78,21 @@ def _unpack(p: PackedParams, X: pa.Table) -> pa.Table:
     return pa.concat_tables([old, fresh])
 
 
+def _newest(p: PackedParams, B: pa.Table) -> pa.Table:
+    """The blob of the newest batch (largest ``_seq``) of each key."""
+    seq = B.column(SEQ).to_numpy(zero_copy_only=False)
+    if B.num_rows < 2 or (seq == seq[0]).all():
+        return B
+    kid = ids([B.column(c) for c in keys(p.nkeys)], B.num_rows)
+    order = np.lexsort((seq, kid))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = kid[order][1:] != kid[order][:-1]
+    return B.take(pa.array(order[last]))
+
+
 def _pack(p: PackedParams, T: pa.Table) -> tuple[pa.Table, list[pa.Array]]:
-    """Every key of ``T`` with its consolidated updates packed: (key rows, blob pieces)."""
+    """Every key of ``T`` with its consolidated updates packed: (key rows, blob pieces);
+    a key whose updates all cancel gets an empty blob."""
     k = keys(p.nkeys)
     n = T.num_rows
     kid = ids([T.column(c) for c in k], n)
@@ -90,18 +112,20 @@ def _pack(p: PackedParams, T: pa.Table) -> tuple[pa.Table, list[pa.Array]]:
     for i, c in enumerate(cols[:-1]):
         matrix[:, i] = c[rows]
     matrix[:, -1] = d[keep]
-    owner = kid[rows]
-    first = np.ones(len(owner), dtype=bool)
-    first[1:] = owner[1:] != owner[:-1]
-    starts = np.nonzero(first)[0]
-    key_rows = T.select(k).take(pa.array(rows[starts]))
-    bounds = np.append(starts, len(owner)) * (8 * len(p.cols))
+    nkeys = int(kid.max()) + 1 if n else 0  # ids are dense: every id below this is some row's
+    any_row = np.empty(nkeys, dtype=np.int64)
+    any_row[kid] = np.arange(n)
+    key_rows = T.select(k).take(pa.array(any_row))
+    # the kept rows are sorted by key id: key i's rows are a contiguous run
+    bounds = np.zeros(nkeys + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kid[rows], minlength=nkeys), out=bounds[1:])
+    bounds *= 8 * len(p.cols)
     data = matrix.reshape(-1).view(np.uint8)
     pieces: list[pa.Array] = []
     i = 0
-    while i < len(starts):  # pieces of at most _MAX_PIECE bytes (one key never split)
+    while i < nkeys:  # pieces of at most _MAX_PIECE bytes (one key never split)
         j = max(i + 1, int(np.searchsorted(bounds, bounds[i] + _MAX_PIECE, side="right")) - 1)
-        j = min(j, len(starts))
+        j = min(j, nkeys)
         offs = (bounds[i : j + 1] - bounds[i]).astype(np.int32)
         buf = pa.py_buffer(data[bounds[i] : bounds[j]].tobytes())
         pieces.append(pa.Array.from_buffers(pa.binary(), j - i, [None, pa.py_buffer(offs.tobytes()), buf]))

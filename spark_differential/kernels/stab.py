@@ -159,7 +159,8 @@ _EXACT = (
 
 
 def ids(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
-    """Equal ids for equal rows of ``columns`` (nulls equal to each other), ``0 ≤ id < n``."""
+    """Equal ids for equal rows of ``columns`` (nulls equal to each other), dense: every
+    id below the number of distinct rows is used (``0 ≤ id < n``)."""
     if not columns:
         return np.zeros(n, dtype=np.int64)
     codes = []
