@@ -71,7 +71,9 @@ class Chunks:
     def chunked(self, df: DataFrame) -> DataFrame:
         """The chunked form of a collection from outside the loop (same columns)."""
         data = _data(df)
-        per = df.groupBy(*data, self.of(F.col(TIME)).alias(CHUNK)).agg(F.sum(DIFF).cast("long").alias("_s"))
+        # one shuffle by the data serves the sums per chunk and the window over chunks
+        src = df.repartition(*data) if data else df
+        per = src.groupBy(*data, self.of(F.col(TIME)).alias(CHUNK)).agg(F.sum(DIFF).cast("long").alias("_s"))
         w = Window.partitionBy(*data).orderBy(CHUNK)
         acc = per.select(
             *data,

@@ -83,6 +83,8 @@ from .execution import (
     time_fields,
 )
 from .kernels.common import NEW, D, keys, names, times
+from .kernels.gather import ROWS, GatherParams
+from .kernels.gather import per_partition as gather_per_partition
 from .kernels.join import JoinParams
 from .kernels.packed import BLOB, SEQ, PackedParams
 from .kernels.packed import run as run_packed
@@ -96,7 +98,6 @@ _LOOP_IDS = itertools.count(1)
 _LOCAL = threading.local()
 MERGE_RATIO = 2  # a trace batch is merged into the newer ones once it is at most this many times their size
 MAX_BATCHES = 8  # and the oldest ones are merged beyond this many batches per trace
-ROWS = "_rows"  # an outer collection's updates of one key, gathered (see _rows_per_key)
 FEW_CHANGES = 20_000  # at most this many loop changes in an iteration: touched keys are broadcast
 GC_SHARE = 0.25  # hint the driver GC once checkpoints dropped since the last hint are this share of all dropped
 
@@ -494,14 +495,23 @@ def _joins_outer(params: Any, entries: Sequence[Entry], loop_id: int) -> bool:
     return ids == [(False, False), (True, True)]
 
 
-def _rows_per_key(prepared: DataFrame, nkeys: int) -> DataFrame:
+def _rows_per_key(prepared: DataFrame, nkeys: int, nparts: int) -> DataFrame:
     """A prepared collection (partitioned by bucket) as one row per key: its other
-    columns, but ``_new``, gathered into the array ``_rows`` (partition-local, the
-    partitioning kept).  Read by :func:`_pair_join`, whose every iteration then probes
-    one row per key instead of one per update."""
+    columns, but ``_new``, gathered into the array ``_rows`` by a kernel
+    (:mod:`spark_differential.kernels.gather`), then partitioned by bucket again.  Read
+    by :func:`_pair_join`, whose every iteration then probes one row per key instead of
+    one per update.  (For the 4 M edge updates of a 10^6-change BFS Spark's
+    ``collect_list`` per key took 8.0 s, this 7.1 s, most of it the chunking itself.)"""
     on = [BUCKET, KEY_HASH, *keys(nkeys)]
     rest = [c for c in prepared.columns if c not in on and c != NEW]
-    return prepared.groupBy(*on).agg(F.collect_list(F.struct(*rest)).alias(ROWS))
+    src = prepared.select(*on, *rest)
+    item = T.StructType([src.schema[c] for c in rest])
+    schema = T.StructType([
+        *[T.StructField(c, src.schema[c].dataType, src.schema[c].nullable) for c in on],
+        T.StructField(ROWS, T.ArrayType(item, False), False),
+    ])
+    params = GatherParams(tuple(on), arrow_schema(prepared.sparkSession, schema))
+    return src.mapInArrow(gather_per_partition(params), schema).repartition(nparts, BUCKET)
 
 
 def _pair_join(
@@ -724,7 +734,7 @@ def stateful_in_loop(
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=True)
             full = prepare(inp, ctx.nbuckets, ctx.nparts).withColumn(NEW, F.lit(False))
             full = full.repartition(ctx.nparts, BUCKET)
-            slot.outer[j] = ctx.materialise(_rows_per_key(full, params.nkeys) if pairs else full)
+            slot.outer[j] = ctx.materialise(_rows_per_key(full, params.nkeys, ctx.nparts) if pairs else full)
             if pairs and not ctx.discovering:
                 log.debug("dd_iterate: %s keeps the outer collection one row per key", op)
         full = slot.outer[j]
