@@ -9,7 +9,12 @@ peers; this script is for A/B runs of our own code, e.g. a frozen copy of anothe
 version first on ``PYTHONPATH``::
 
     .bench-venv/bin/python benchmarks/bfs_ours.py --changes 1000000
-    PYTHONPATH=/tmp/other .bench-venv/bin/python benchmarks/bfs_ours.py --changes 1000000
+    cd /tmp && PYTHONPATH=/tmp/other /path/to/checkout/.bench-venv/bin/python /path/to/checkout/benchmarks/bfs_ours.py --changes 1000000
+
+Run the frozen copy from outside the checkout: Spark's Python workers put their
+working directory first on ``sys.path``, so from the checkout's root they import its
+``spark_differential`` (the kernels) whatever ``PYTHONPATH`` says, while the driver
+imports the frozen copy.
 
 ``--conf key=value`` (repeatable) sets Spark configuration, e.g.
 ``--conf spark_differential.iterate.chunkRows=4000``.

@@ -51,6 +51,7 @@ from oracle import (
 from spark_differential.kernels import asof as kasof
 from spark_differential.kernels import consolidate as kcons
 from spark_differential.kernels import extremum as kextremum
+from spark_differential.kernels import gather as kgather
 from spark_differential.kernels import join as kjoin
 from spark_differential.kernels import packed as kpacked
 from spark_differential.kernels import reduce as kreduce
@@ -474,6 +475,32 @@ def test_packed_trace_runs_the_kernel_as_rows(name: str, data: st.DataObject) ->
     assert sorted(back.column("_k0").to_pylist()) == sorted(received)  # one blob per key received
     unpacked = kpacked._unpack(pp, as_trace(back.column("_k0"), back.column(kpacked.BLOB), 0 if batches else None))
     assert _consolidated_rows(unpacked) == _consolidated_rows(X.select(["_k0", *cols]))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_gather_keeps_every_row_of_every_key(data: st.DataObject) -> None:
+    """kernels.gather: one row per distinct key (two key columns, nulls a key value like
+    any other), holding exactly that key's rows, none summed or dropped."""
+    n = data.draw(st.integers(0, 25))
+    draw = lambda s: data.draw(st.lists(s, min_size=n, max_size=n))  # noqa: E731
+    X = pa.table({
+        "_k0": pa.array(draw(st.sampled_from([0, 1, 2])), pa.int64()),
+        "_k1": pa.array(draw(st.sampled_from(["x", "y", None])), pa.string()),
+        "_b0": pa.array(draw(st.sampled_from([5, 6, None])), pa.int64()),
+        "_t0": pa.array(draw(st.integers(0, 4)), pa.int64()),
+        "_d": pa.array(draw(st.sampled_from([-1, 1, 1])), pa.int64()),
+    })
+    item = pa.struct([("_b0", pa.int64()), ("_t0", pa.int64()), ("_d", pa.int64())])
+    schema = pa.schema([pa.field("_k0", pa.int64()), pa.field("_k1", pa.string()), pa.field(kgather.ROWS, pa.list_(item))])
+    out = kgather.gather(kgather.GatherParams(("_k0", "_k1"), schema), X)
+    assert out.schema == schema
+    got = [((r["_k0"], r["_k1"]), sorted((tuple(x.values()) for x in r[kgather.ROWS]), key=repr)) for r in out.to_pylist()]
+    expected: dict = {}
+    for r in X.to_pylist():
+        expected.setdefault((r["_k0"], r["_k1"]), []).append((r["_b0"], r["_t0"], r["_d"]))
+    assert len(got) == len(expected)  # one row per key
+    assert dict(got) == {k: sorted(v, key=repr) for k, v in expected.items()}
 
 
 @SETTINGS
