@@ -88,6 +88,19 @@ def prefixed(case: int, coll: Coll) -> list:
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 
 
+def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = None) -> None:
+    """BFS over ``cases`` random changing graphs in one collection, against the oracle."""
+    edges, roots, per_case = batched_graphs(seed, cases, lat)
+    r = to_df(spark, roots, lat)
+    if dist_type is not None:
+        r = r.withColumn("dist", F.col("dist").cast(dist_type))
+    got = bfs(r, to_df(spark, edges, lat), keys=("case", "node"))
+    expected = []
+    for c, (e, rr) in enumerate(per_case):
+        expected += prefixed(c, ref_bfs(e, rr, lat))
+    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+
+
 @pytest.mark.parametrize("few", [True, False], ids=["broadcast-touched", "partition-local-touched"])
 @pytest.mark.parametrize("name", list(LATTICES))
 def test_bfs_random_graphs(spark, monkeypatch, name, few):
@@ -97,13 +110,7 @@ def test_bfs_random_graphs(spark, monkeypatch, name, few):
 
     if not few:
         monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
-    lat = LATTICES[name]
-    edges, roots, per_case = batched_graphs(11, 10, lat)
-    got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
-    expected = []
-    for c, (e, r) in enumerate(per_case):
-        expected += prefixed(c, ref_bfs(e, r, lat))
-    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    check_random_bfs(spark, LATTICES[name], 11, 10)
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
@@ -115,13 +122,7 @@ def test_bfs_random_graphs_with_packed_trace_batches(spark, monkeypatch, caplog,
     monkeypatch.setattr(iterate, "MERGE_RATIO", 0)
     monkeypatch.setattr(iterate, "MAX_BATCHES", 2)
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
-    lat = LATTICES[name]
-    edges, roots, per_case = batched_graphs(17, 10, lat)
-    got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
-    expected = []
-    for c, (e, r) in enumerate(per_case):
-        expected += prefixed(c, ref_bfs(e, r, lat))
-    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    check_random_bfs(spark, LATTICES[name], 17, 10)
     messages = [rec.getMessage() for rec in caplog.records]
     assert any("packed trace: 2 batches" in m for m in messages), messages
     assert any("batches merged" in m for m in messages), messages
@@ -131,14 +132,7 @@ def test_bfs_random_graphs_with_packed_trace_batches(spark, monkeypatch, caplog,
 def test_bfs_random_graphs_with_row_traces(spark, caplog, name):
     """Distances as ``int``: ``dd_min``'s trace is kept as rows (only ``long`` data packs)."""
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
-    lat = LATTICES[name]
-    edges, roots, per_case = batched_graphs(12, 6, lat)
-    r = to_df(spark, roots, lat)
-    got = bfs(r.withColumn("dist", F.col("dist").cast("int")), to_df(spark, edges, lat), keys=("case", "node"))
-    expected = []
-    for c, (e, rr) in enumerate(per_case):
-        expected += prefixed(c, ref_bfs(e, rr, lat))
-    assert_matches(got, Coll(("case", "node", "dist"), consolidate(expected)))
+    check_random_bfs(spark, LATTICES[name], 12, 6, dist_type="int")
     assert not any("packed" in rec.getMessage() for rec in caplog.records)
 
 
