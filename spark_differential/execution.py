@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from .collection import DIFF, TIME, CollectionSchema, null_guard
 from .errors import SchemaMismatchError
-from .kernels.common import NEW, D, conform, keys, names, times
+from .kernels.common import NEW, D, conform, keys, names, over_partition, times
 from .lattice import TimeType
 from .scope import Entry
 
@@ -224,13 +224,7 @@ def _per_partition(
     kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """One kernel call over all the rows of a partition (a partition holds whole buckets)."""
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = [b for b in batches if b.num_rows]
-        if rows:
-            yield from _call(kernel, params, schema, pa.Table.from_batches(rows)).to_batches()
-
-    return fn
+    return over_partition(functools.partial(_call, kernel, params, schema))
 
 
 def _binary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> Callable[[pa.Table, pa.Table], pa.Table]:

@@ -5,12 +5,13 @@ user identifier:  ``_k<i>`` key columns, ``_a<i>`` / ``_b<i>`` data columns of t
 first / second input, ``_o<i>`` output columns of a reduction, ``_t<i>`` the time's
 int64 leaves (see :mod:`spark_differential.lattice`), ``_n<i>`` a "next time",
 ``_d`` the diff and ``_new`` the flag that marks an update as new in this
-iteration (``False`` for updates already in an operator's trace).
+iteration (``False`` for updates already in an operator's trace).  Also
+:func:`over_partition`, how a kernel runs once per partition under ``mapInArrow``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -67,3 +68,15 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
+
+
+def over_partition(fn: Callable[[pa.Table], pa.Table]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``fn`` called once over all the rows of a partition, for ``mapInArrow`` (an empty
+    partition: no call, no rows)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = [b for b in batches if b.num_rows]
+        if rows:
+            yield from fn(pa.Table.from_batches(rows)).to_batches()
+
+    return run

@@ -11,12 +11,14 @@ collection it stands for is unchanged.  Used for the collection from outside a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from .common import over_partition
 from .stab import ids
 
 ROWS = "_rows"
@@ -57,10 +59,4 @@ def gather(p: GatherParams, X: pa.Table) -> pa.Table:
 
 def per_partition(p: GatherParams) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """:func:`gather` over all the rows of a partition, for ``mapInArrow``."""
-
-    def fn(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = [b for b in batches if b.num_rows]
-        if rows:
-            yield from gather(p, pa.Table.from_batches(rows)).to_batches()
-
-    return fn
+    return over_partition(functools.partial(gather, p))

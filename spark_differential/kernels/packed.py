@@ -32,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import NEW, keys
-from .stab import ids, sort_order
+from .common import NEW, keys, times
+from .stab import consolidated_by_key, ids
 
 BLOB = "_blob"
 SEQ = "_seq"  # a blob's trace batch (larger: newer); absent or null when the trace is one batch
@@ -96,29 +96,19 @@ def _pack(p: PackedParams, T: pa.Table) -> tuple[pa.Table, list[pa.Array]]:
     k = keys(p.nkeys)
     n = T.num_rows
     kid = ids([T.column(c) for c in k], n)
-    cols = [T.column(c).to_numpy() for c in p.cols]
-    order = sort_order([kid, *cols[:-1]])
-    by = [kid[order], *[c[order] for c in cols[:-1]]]
-    head = np.zeros(n, dtype=bool)
-    if n:
-        head[0] = True
-        for c in by:
-            head[1:] |= c[1:] != c[:-1]
-    starts = np.nonzero(head)[0]
-    d = np.add.reduceat(cols[-1][order], starts) if n else np.zeros(0, np.int64)
-    keep = d != 0
-    rows = order[starts[keep]]
-    matrix = np.empty((len(rows), len(p.cols)), dtype=np.int64)
-    for i, c in enumerate(cols[:-1]):
-        matrix[:, i] = c[rows]
-    matrix[:, -1] = d[keep]
+    tcols = set(times(len(p.cols)))
+    data = [c for c in p.cols[:-1] if c not in tcols]
+    # consolidated rows come sorted by key id (then data, time): each key's rows are a run
+    C, kept_kid, _ = consolidated_by_key(T.select([*k, *p.cols]), kid, data, len(p.cols) - 1 - len(data))
+    matrix = np.empty((C.num_rows, len(p.cols)), dtype=np.int64)
+    for i, c in enumerate(p.cols):
+        matrix[:, i] = C.column(c).to_numpy()
     nkeys = int(kid.max()) + 1 if n else 0  # ids are dense: every id below this is some row's
     any_row = np.empty(nkeys, dtype=np.int64)
     any_row[kid] = np.arange(n)
     key_rows = T.select(k).take(pa.array(any_row))
-    # the kept rows are sorted by key id: key i's rows are a contiguous run
     bounds = np.zeros(nkeys + 1, dtype=np.int64)
-    np.cumsum(np.bincount(kid[rows], minlength=nkeys), out=bounds[1:])
+    np.cumsum(np.bincount(kept_kid, minlength=nkeys), out=bounds[1:])
     bounds *= 8 * len(p.cols)
     data = matrix.reshape(-1).view(np.uint8)
     pieces: list[pa.Array] = []

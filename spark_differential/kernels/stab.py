@@ -170,7 +170,7 @@ def ids(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
     return codes[0] if len(codes) == 1 else dense_ranks(codes)[0]
 
 
-def _consolidated(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """``T`` summed per (key, data, time), zero sums dropped; with the kept rows' key ids and
     (key, data) ids."""
     n = T.num_rows
@@ -198,8 +198,8 @@ def _numbered_numpy(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str],
     n_p = P.num_rows
     both = [pa.concat_arrays([P.column(c).combine_chunks(), Q.column(c).combine_chunks()]) for c in k]
     kid = ids(both, n_p + Q.num_rows)
-    pk, p_kid, _ = _consolidated(P, kid[:n_p], p_data, width)
-    qk, q_kid, q_did = _consolidated(Q, kid[n_p:], q_data, width)
+    pk, p_kid, _ = consolidated_by_key(P, kid[:n_p], p_data, width)
+    qk, q_kid, q_did = consolidated_by_key(Q, kid[n_p:], q_data, width)
     pk = pk.append_column("_kid", pa.array(p_kid, pa.int64()))
     qk = qk.append_column("_kid", pa.array(q_kid, pa.int64())).append_column("_did", pa.array(q_did, pa.int64()))
     return pk, qk
