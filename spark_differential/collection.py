@@ -253,7 +253,19 @@ def _total_time_of(df: DataFrame, col: str, *, op: str) -> TimeType:
 
 
 def consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
-    """Sum diffs per (data, time) and drop zeros, as a Spark aggregation."""
+    """Sum diffs per (data, time) and drop zeros, as a Spark aggregation.
+
+    While a ``dd_iterate`` body is recorded for the in-task path, a loop collection is
+    returned as it is: the loop consolidates every operator input and the body's result
+    anyway, so the aggregation would change nothing there."""
+    from .lattice import LOOP_OUTER
+
+    time_type = df.schema[TIME].dataType if TIME in df.columns else None
+    if isinstance(time_type, T.StructType) and LOOP_OUTER in time_type.fieldNames():
+        from .iterate import recording
+
+        if recording():
+            return df.select(*data, TIME, DIFF)
     return (
         df.groupBy(*data, TIME)
         .agg(F.sum(DIFF).cast("long").alias(DIFF))

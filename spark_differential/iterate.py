@@ -66,6 +66,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import chunks as _chunks
+from . import local_loop as _local_loop
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
@@ -91,6 +92,7 @@ from .kernels.packed import run as run_packed
 from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
+from .translate import Untranslatable
 
 log = logging.getLogger("spark_differential.iterate")
 
@@ -222,6 +224,7 @@ class LoopContext:
         self.loose = False  # this iteration left materialised data for the driver GC to free
         self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.chunks)
         self.discovering = False  # a first call of the body that only records what enters the loop
+        self.recording: Any = None  # a local_loop.Recorder while the body is recorded for the in-task path
         self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
         self.weight = 1  # changes of the loop variable this iteration: the size estimate of new trace batches
         self.churned = 0  # rows (estimated) the loop has materialised and dropped so far
@@ -359,6 +362,11 @@ def _chunk_params(params: Any, mode: str, out_fields: Sequence[T.StructField]) -
     else:
         name, params = names("_a", params.ndata + 1)[-1], dataclasses.replace(params, ndata=params.ndata + 1)
     return params, [*out_fields, T.StructField(name, T.LongType(), True)]
+
+
+def recording() -> bool:
+    """Whether a body is being recorded for the in-task path (nothing it builds runs)."""
+    return any(ctx.recording is not None for ctx in _stack())
 
 
 def _current(loop_id: int, op: str) -> LoopContext:
@@ -688,6 +696,8 @@ def stateful_in_loop(
 
     loop_id = max(e.loop_id for e in entries if e.loop_id is not None)
     ctx = _current(loop_id, op)
+    if ctx.recording is not None:
+        return ctx.recording.stateful(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
     index, slot = ctx.next_slot(op, len(inputs))
     mode = _chunk_mode(params)
     if ctx.discovering:
@@ -770,6 +780,8 @@ def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[Collecti
     """``dd_concat`` inside a body: outer collections contribute only at iteration 0."""
     assert isinstance(target, Loop)
     ctx = _current(target.loop_id, op)
+    if ctx.recording is not None:
+        return ctx.recording.concat(dfs, schemas, entries)
     index, _ = ctx.next_slot(op, len(dfs))
     data = list(schemas[0].data_cols)
     out = None
@@ -907,6 +919,12 @@ def _run_loop(
     bar = _progress_bar(progress)
     started = _time.time()
     try:
+        if captured is None:
+            local = _local_loop.attempt(
+                df, cs, body, loop_t, ctx, lambda out: _check_body_output(out, cs, loop_t), max_iterations, bar
+            )
+            if local is not None:
+                return local
         roots, ctx.weight = _counted(df.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF)))
         if captured is None:
             ctx.chunks = _plan_chunks(ctx, roots, cs, body, loop_t)
@@ -1034,6 +1052,8 @@ def dd_iterate(
         return _run_loop(df, cs, body, max_iterations, None, progress)
     # a loop inside another loop's body: recompute from the accumulated input each outer iteration
     ctx = _current(cs.ttype.loop_id, op)
+    if ctx.recording is not None:
+        raise Untranslatable("the body nests a dd_iterate")
     if ctx.discovering:
         raise _NotChunkable("the body nests a dd_iterate")
     _, slot = ctx.next_slot(op, 1)

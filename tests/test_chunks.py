@@ -22,6 +22,14 @@ from spark_differential.chunks import CONF, Chunks
 from spark_differential.errors import ConfigurationError
 
 
+@pytest.fixture(autouse=True)
+def distributed(spark) -> Iterator[None]:
+    """Time chunks belong to the distributed loop: keep small loops from running in one task."""
+    spark.conf.set("spark_differential.iterate.localRows", "0")
+    yield
+    spark.conf.unset("spark_differential.iterate.localRows")
+
+
 @contextlib.contextmanager
 def chunk_rows(spark, value: str) -> Iterator[None]:
     old = spark.conf.get(CONF, None)

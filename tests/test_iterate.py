@@ -39,7 +39,7 @@ def bfs(roots, edges, keys=("node",)):
     )
 
 
-def test_seed_001_worked_example(spark):
+def test_seed_001_worked_example(spark, path):
     edges = spark.createDataFrame([(s, d, t, r) for (s, d), t, r in SEED_001_EDGES], "src long, dst long, time long, diff long")
     roots = spark.createDataFrame([(0, 0, 0, 1)], "node long, dist long, time long, diff long")
     got = rows_of(bfs(roots, edges))
@@ -86,6 +86,33 @@ def prefixed(case: int, coll: Coll) -> list:
 
 
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
+LOCAL_ROWS = "spark_differential.iterate.localRows"
+
+
+@pytest.fixture(params=["in_task", "distributed"])
+def path(request, spark, caplog):
+    """Run the test on both loop paths: whole loops inside one task, and iteration by
+    iteration on the cluster; the in-task run must really have taken its path."""
+    spark.conf.set(LOCAL_ROWS, "1000000" if request.param == "in_task" else "0")
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    try:
+        yield request.param
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+    messages = [r.getMessage() for r in caplog.get_records("call")]
+    ran = [m for m in messages if "iterations inside one task" in m]
+    if request.param == "in_task":
+        assert ran and not any("running distributed" in m for m in messages), messages
+    else:
+        assert not ran, ran
+
+
+@pytest.fixture
+def distributed(spark):
+    """Tests of the distributed path's own machinery (traces, batches, broadcast selection)."""
+    spark.conf.set(LOCAL_ROWS, "0")
+    yield
+    spark.conf.unset(LOCAL_ROWS)
 
 
 def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = None) -> None:
@@ -103,7 +130,7 @@ def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = 
 
 @pytest.mark.parametrize("few", [True, False], ids=["broadcast-touched", "partition-local-touched"])
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_bfs_random_graphs(spark, monkeypatch, name, few):
+def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
     """Both ways of selecting the touched keys' trace rows: broadcast (iterations with
     few changes, which is every iteration of a small test) and the partition-local hash join."""
     from spark_differential import iterate
@@ -114,7 +141,12 @@ def test_bfs_random_graphs(spark, monkeypatch, name, few):
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_bfs_random_graphs_with_packed_trace_batches(spark, monkeypatch, caplog, name):
+def test_bfs_random_graphs_both_paths(spark, path, name):
+    check_random_bfs(spark, LATTICES[name], 13, 10)
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
+def test_bfs_random_graphs_with_packed_trace_batches(spark, distributed, monkeypatch, caplog, name):
     """``dd_min``'s packed trace in several batches (never merged by size, at most 2):
     the kernel reads each key's newest blob, against the oracle."""
     from spark_differential import iterate
@@ -129,7 +161,7 @@ def test_bfs_random_graphs_with_packed_trace_batches(spark, monkeypatch, caplog,
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_bfs_random_graphs_with_row_traces(spark, caplog, name):
+def test_bfs_random_graphs_with_row_traces(spark, distributed, caplog, name):
     """Distances as ``int``: ``dd_min``'s trace is kept as rows (only ``long`` data packs)."""
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
     check_random_bfs(spark, LATTICES[name], 12, 6, dist_type="int")
@@ -137,7 +169,7 @@ def test_bfs_random_graphs_with_row_traces(spark, caplog, name):
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_reachability_random_graphs(spark, name):
+def test_reachability_random_graphs(spark, path, name):
     lat = LATTICES[name]
     edges, roots, per_case = batched_graphs(23, 10, lat)
     e = to_df(spark, edges, lat).withColumnRenamed("src", "node")
@@ -155,7 +187,7 @@ def test_reachability_random_graphs(spark, name):
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
-def test_transitive_closure_by_squaring(spark, name):
+def test_transitive_closure_by_squaring(spark, path, name):
     """A body joining the loop variable with itself: both join inputs change in every
     iteration, so both keep their traces (a join with a collection from outside the
     loop keeps none for its loop side)."""
@@ -178,7 +210,7 @@ def test_transitive_closure_by_squaring(spark, name):
     assert_matches(got, ref_iterate(edges, step, lat))
 
 
-def test_connected_components_min_label(spark):
+def test_connected_components_min_label(spark, path):
     """A reduce-heavy body: every node takes the smallest label among itself and its neighbours."""
     lat = Total()
     rng = random.Random(5)
@@ -242,7 +274,7 @@ def test_nested_iterate(spark):
     assert_matches(got, ref_iterate(roots, step, lat, others=[e1, e2]))
 
 
-def test_non_converging_body_raises(spark):
+def test_non_converging_body_raises(spark, path):
     roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
     with pytest.raises(IterationLimitExceeded) as err:
         roots.dd_iterate(lambda d: d.select((F.col("x") + 1).alias("x"), "time", "diff").dd_distinct(), max_iterations=4)
@@ -261,7 +293,7 @@ def test_body_schema_mismatch(spark):
         roots.dd_iterate(lambda d: other)
 
 
-def test_body_must_call_same_operators(spark):
+def test_body_must_call_same_operators(spark, distributed):
     roots = spark.createDataFrame([(0, 0, 1), (1, 0, 1)], "x long, time long, diff long")
     calls = []
 
@@ -275,7 +307,7 @@ def test_body_must_call_same_operators(spark):
         roots.dd_iterate(body)
 
 
-def test_progress_is_logged(spark, caplog):
+def test_progress_is_logged(spark, path, caplog):
     roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
     with caplog.at_level(logging.INFO, logger="spark_differential.iterate"):
         out = roots.dd_iterate(
@@ -313,7 +345,7 @@ def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
     assert len(hints) == 3
 
 
-def test_packed_trace_batches_newest_blob_wins(spark, monkeypatch):
+def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
     """A packed trace kept in batches (``iterate._pack_batch``): appended while small,
     merged size-tiered; read back with each key's newest blob winning, it always holds
     exactly the latest blob of every key, and an empty blob (a key whose updates

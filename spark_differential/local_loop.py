@@ -1,0 +1,570 @@
+"""A ``dd_iterate`` loop run whole inside one Spark task.
+
+On ``(data, time, diff)`` this computes exactly what the distributed loop of
+:mod:`spark_differential.iterate` computes: at every outer time the fixed point of
+``x = body(x)`` started from the roots, as updates at the outer times.  Only where
+the work happens differs.  A loop whose inputs are small pays Spark's scheduler
+once per iteration on the distributed path (a job or more each, whatever its
+data); here the whole loop is one task of one job:
+
+* **Recording** (driver, no job): the body is called once on empty placeholder
+  DataFrames.  Every ``dd_*`` operator it calls records a step (its kernel, its
+  parameters, which of its inputs vary with the loop and which come from outside)
+  and returns a fresh placeholder; the linear steps between them (``select``,
+  ``where``, ``withColumn``, unions) are read from the Spark plan and translated to
+  DuckDB SQL (:mod:`spark_differential.translate`).  Anything the translator or the
+  recorder does not cover raises :class:`~spark_differential.translate.Untranslatable`
+  and the loop runs distributed, with one log line saying why.
+* **Running** (executor): the roots and every collection from outside the loop go
+  to one task as one Arrow table (tagged by source); the task iterates the recorded
+  program with the library's kernels called directly on Arrow tables, keeping each
+  operator's trace in memory.  Iteration ``i`` gives each stateful step its new
+  updates and the trace rows of the keys they touch (``_new`` flags), exactly as the
+  distributed path does, and outer collections enter at iteration 0 only.
+* A task that receives more than ``spark_differential.iterate.localRows`` input
+  rows (default :data:`DEFAULT_ROWS`; ``0`` disables the path) stops reading and
+  says so; the loop then runs distributed.  The task's last row reports how it
+  ended (done, too large, or out of iterations) through an observed metric of the
+  same job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time as _time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .collection import DIFF, TIME, CollectionSchema
+from .translate import Relation, Translator, Untranslatable, leaf_id, leaves
+
+log = logging.getLogger("spark_differential.iterate")
+
+CONF = "spark_differential.iterate.localRows"
+DEFAULT_ROWS = 1_000_000
+SRC = "_sd_src"
+STATUS = "_sd_status"
+ITERS = "_sd_iters"
+CHANGING = "_sd_changing"
+HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separated
+DONE, TOO_LARGE, LIMIT = 0, 1, 2
+
+
+def rows_setting(spark: Any) -> int:
+    """Input rows a loop may have to run inside one task (``0``: never)."""
+    from .errors import ConfigurationError
+
+    try:
+        raw = str(spark.conf.get(CONF, str(DEFAULT_ROWS))).strip().lower()
+    except Exception:  # pragma: no cover - a session without runtime conf
+        return DEFAULT_ROWS
+    if raw in ("off", "false", "none", ""):
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ConfigurationError(f"{CONF} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+
+
+# ---------------------------------------------------------------------------------
+# the program a task runs (picklable)
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One input of a stateful step: a relation of the loop, or an outer source."""
+
+    relation: Relation | None  # over the loop's tables (None: an outer source)
+    source: int | None  # index of the outer source (None: a loop relation)
+    keys: tuple[str, ...]
+    data: tuple[str, ...]
+    prefix: str  # the kernel's names of the data columns (``_a`` or ``_b``)
+    schema: pa.Schema  # the kernel's input columns (keys, data, times, _d, _new), typed
+    keep: bool  # whether the step keeps a trace of this input's updates
+
+
+@dataclass(frozen=True)
+class Stateful:
+    name: str
+    kernel: Callable[..., pa.Table]
+    params: Any
+    key_cols: tuple[str, ...]  # kernel columns deciding which trace rows a new update touches
+    inputs: tuple[StepInput, ...]
+    out_schema: pa.Schema  # the kernel's output (internal names, times, _d)
+    out_columns: tuple[tuple[str, str], ...]  # internal name -> user name
+    width: int
+
+
+@dataclass(frozen=True)
+class Concat:
+    name: str
+    parts: tuple[tuple[Relation | None, int | None], ...]  # loop relation, or outer source (iteration 0 only)
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    steps: tuple[Stateful | Concat, ...]
+    output: Relation
+    data: tuple[str, ...]
+    width: int
+    roots: pa.Schema  # data, time leaves, diff
+    sources: tuple[tuple[str, ...], ...]  # each outer source's columns (data, leaves, diff)
+    max_iterations: int | None
+    limit: int
+
+
+# ---------------------------------------------------------------------------------
+# recording (driver)
+
+
+class Recorder:
+    """Collects the steps of one body while it is called on placeholders."""
+
+    def __init__(self, spark: Any, loop_t: Any, cs: CollectionSchema) -> None:
+        from pyspark.sql import types as T
+
+        self.spark = spark
+        self.loop_t = loop_t
+        self.width = loop_t.inner.width
+        self.steps: list[Stateful | Concat] = []
+        self.tables: dict[int, tuple[str, Sequence[str]]] = {}
+        self.sources: list[tuple[Any, Any]] = []  # (DataFrame, its CollectionSchema)
+        ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
+        self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
+        self.T = T
+        self.loop_var = self.placeholder("v", [cs.field(c) for c in cs.data_cols])
+
+    def placeholder(self, name: str, fields: Sequence[Any]) -> Any:
+        T = self.T
+        schema = T.StructType([
+            *[T.StructField(f.name, f.dataType, True) for f in fields],
+            T.StructField(TIME, self.loop_t.spark_type(), True),
+            T.StructField(DIFF, T.LongType(), True),
+        ])
+        df = self.spark.createDataFrame([], schema)
+        self.tables[leaf_id(df)] = (name, [*[f.name for f in fields], TIME, DIFF])
+        return df
+
+    def source(self, df: Any, cs: CollectionSchema, ttype: Any) -> int:
+        if ttype != self.loop_t.inner or cs.ttype != ttype:
+            raise Untranslatable(f"an outer collection enters at {ttype.describe()}, not the loop's time type")
+        for i, (d, _) in enumerate(self.sources):
+            if d is df:
+                return i
+        self.sources.append((df, cs))
+        return len(self.sources) - 1
+
+    def _schema(self, fields: Sequence[Any]) -> pa.Schema:
+        from .execution import arrow_schema
+
+        return arrow_schema(self.spark, self.T.StructType(list(fields)))
+
+    def stateful(
+        self,
+        op: str,
+        kernel: Callable[..., pa.Table],
+        params: Any,
+        inputs: Sequence[Any],
+        entries: Sequence[Any],
+        out_fields: Sequence[Any],
+        out_columns: Sequence[tuple[str, str]],
+        kernel_type: Any,
+    ) -> Any:
+        from .execution import kernel_fields, time_fields
+        from .iterate import _keeps_trace
+        from .kernels.common import NEW, keys, names
+        from .kernels.join import JoinParams
+        from .kernels.reduce import ReduceParams, ThresholdParams
+
+        T = self.T
+        if kernel_type != self.loop_t.inner:
+            raise Untranslatable(f"{op} works over {kernel_type.describe()}, not the loop's outer time")
+        if isinstance(params, JoinParams) and params.mode in ("join", "semijoin", "antijoin"):
+            key_cols = tuple(keys(params.nkeys))
+        elif isinstance(params, ReduceParams):
+            key_cols = tuple(keys(params.nkeys))
+        elif isinstance(params, ThresholdParams):
+            key_cols = tuple(names("_a", params.ndata))
+        else:
+            raise Untranslatable(f"{op} has no in-task form")
+        if any(e.loop_id not in (None, self.loop_t.loop_id) for e in entries):
+            raise Untranslatable(f"{op} reads a collection of an enclosing loop")
+        keep = _keeps_trace(params, [e.loop_id is not None for e in entries])
+        step_inputs = []
+        for inp, e, kp in zip(inputs, entries, keep):
+            if inp.time_type != kernel_type:
+                raise Untranslatable(f"{op}: an input enters through a time conversion")
+            schema = self._schema([*kernel_fields(inp), *time_fields(kernel_type), T.StructField(NEW, T.BooleanType())])
+            if e.loop_id is None:
+                rel, src = None, self.source(inp.df, inp.cs, kernel_type)
+            else:
+                rel, src = self.translator.relation(inp.df), None
+            step_inputs.append(StepInput(rel, src, tuple(inp.keys), tuple(inp.data), inp.prefix, schema, kp))
+        name = f"n{len(self.steps)}"
+        out_schema = self._schema([*out_fields, *time_fields(kernel_type)])
+        self.steps.append(Stateful(name, kernel, params, key_cols, tuple(step_inputs), out_schema,
+                                   tuple(out_columns), self.width))
+        by_internal = {f.name: f for f in out_fields}
+        fields = [T.StructField(user, by_internal[internal].dataType, True) for internal, user in out_columns]
+        return self.placeholder(name, fields)
+
+    def concat(self, dfs: Sequence[Any], schemas: Sequence[CollectionSchema], entries: Sequence[Any]) -> Any:
+        data = list(schemas[0].data_cols)
+        parts: list[tuple[Relation | None, int | None]] = []
+        for d, cs, e in zip(dfs, schemas, entries):
+            if e.loop_id is None:
+                parts.append((None, self.source(d, cs, cs.ttype)))
+            elif e.loop_id == self.loop_t.loop_id:
+                rel = self.translator.relation(d.select(*data, TIME, DIFF))
+                parts.append((rel, None))
+            else:
+                raise Untranslatable("dd_concat reads a collection of an enclosing loop")
+        name = f"n{len(self.steps)}"
+        cols = (*data, *leaves(self.width), DIFF)
+        self.steps.append(Concat(name, tuple(parts), cols))
+        return self.placeholder(name, [schemas[0].field(c) for c in data])
+
+    def program(self, out: Any, cs: CollectionSchema, max_iterations: int | None, limit: int) -> Program:
+        data = list(cs.data_cols)
+        output = self.translator.relation(out.select(*data, TIME, DIFF))
+        roots = self._schema([
+            *[cs.field(c) for c in data],
+            *[self.T.StructField(c, self.T.LongType(), True) for c in leaves(self.width)],
+            self.T.StructField(DIFF, self.T.LongType(), True),
+        ])
+        sources = tuple(
+            (*scs.data_cols, *leaves(self.width), DIFF) for _, scs in self.sources
+        )
+        return Program(tuple(self.steps), output, tuple(data), self.width, roots, sources, max_iterations, limit)
+
+
+# ---------------------------------------------------------------------------------
+# running (executor)
+
+
+def _consolidate(table: pa.Table, cols: Sequence[str], diff: str = DIFF) -> pa.Table:
+    from .kernels import duck
+
+    if table.num_rows == 0:
+        return table
+    sql = (f"SELECT {duck.cols(cols)}, sum({duck.quote(diff)})::BIGINT AS {duck.quote(diff)} FROM $X "
+           f"GROUP BY ALL HAVING sum({duck.quote(diff)}) <> 0")
+    return duck.query(sql, {"X": table})
+
+
+def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
+    from .kernels import duck
+
+    used = {n: t for n, t in tables.items() if f"${n}" in rel.sql}
+    return duck.query(rel.sql, used)
+
+
+def _concat(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    from .kernels.common import conform
+
+    parts = [conform(t, schema) for t in tables if t.num_rows]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.Table:
+    """User-named rows (data, time leaves, diff) as the kernel's columns."""
+    from .kernels.common import NEW, D, conform, keys, names, times
+
+    cols = [table.column(c) for c in (*inp.keys, *inp.data, *leaves(width), DIFF)]
+    cols.append(pa.array(np.full(table.num_rows, new)))
+    labels = [*keys(len(inp.keys)), *names(inp.prefix, len(inp.data)), *times(width), D, NEW]
+    return conform(pa.Table.from_arrays(cols, names=labels), inp.schema)
+
+
+def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str]) -> pa.Table:
+    """Rows of ``trace`` whose key some row of ``new`` has."""
+    from .kernels import duck
+    from .kernels.common import key_eq
+
+    if trace.num_rows == 0 or not key_cols:
+        return trace
+    present = [t.select(list(key_cols)) for t in new if t.num_rows]
+    if not present:
+        return trace.slice(0, 0)
+    keys_ = pa.concat_tables(present)
+    sql = (f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT * FROM $K) AS n ON {key_eq(key_cols, 'x', 'n')}")
+    return duck.query(sql, {"X": trace, "K": keys_})
+
+
+@dataclass
+class _Trace:
+    """One input's earlier updates (kernel columns, ``_new`` false), merged size-tiered."""
+
+    schema: pa.Schema
+    batches: list[pa.Table] = field(default_factory=list)
+
+    def table(self) -> pa.Table:
+        return pa.concat_tables(self.batches) if self.batches else self.schema.empty_table()
+
+    def add(self, new: pa.Table) -> None:
+        from .kernels.common import NEW, conform
+
+        if new.num_rows == 0:
+            return
+        old = new.set_column(new.schema.get_field_index(NEW), NEW, pa.array(np.zeros(new.num_rows, dtype=bool)))
+        self.batches.append(old)
+        # merge the newest batches while an older one is at most twice their size
+        while len(self.batches) > 1 and self.batches[-2].num_rows <= 2 * self.batches[-1].num_rows:
+            merged = pa.concat_tables(self.batches[-2:])
+            cols = [c for c in merged.column_names if c != "_d"]
+            self.batches[-2:] = [conform(_consolidate(merged, cols, diff="_d"), self.schema)]
+
+
+def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[_Trace],
+              iteration: int) -> pa.Table:
+    from .kernels.common import D, conform, times
+
+    news: list[pa.Table | None] = []
+    olds: list[pa.Table | None] = []
+    for inp, trace in zip(step.inputs, traces):
+        if inp.relation is None:
+            rows = _kernel_input(sources[inp.source], inp, iteration == 0, step.width)  # type: ignore[index]
+            news.append(rows if iteration == 0 else None)
+            olds.append(None if iteration == 0 else rows)
+            continue
+        new = _kernel_input(_relation(inp.relation, tables), inp, True, step.width)
+        news.append(new)
+        olds.append(trace.table() if inp.keep else None)
+    present = [n for n in news if n is not None]
+    if not any(n.num_rows for n in present):
+        out = step.out_schema.empty_table()
+    else:
+        sides = []
+        for inp, new, old in zip(step.inputs, news, olds):
+            parts = []
+            if old is not None:
+                parts.append(_touching(old, present, step.key_cols))
+            if new is not None:
+                parts.append(new)
+            sides.append(_concat(parts, inp.schema))
+        out = conform(step.kernel(step.params, *sides), step.out_schema)
+    for inp, new, trace in zip(step.inputs, news, traces):
+        if inp.keep and new is not None and inp.relation is not None:
+            trace.add(new)
+    t = times(step.width)
+    labels = {internal: user for internal, user in step.out_columns}
+    labels.update(dict(zip(t, leaves(step.width))))
+    labels[D] = DIFF
+    keep = [internal for internal, _ in step.out_columns] + t + [D]
+    out = out.select(keep)
+    return out.rename_columns([labels[c] for c in keep])
+
+
+def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.Table], iteration: int) -> pa.Table:
+    parts = []
+    for rel, src in step.parts:
+        if rel is not None:
+            parts.append(_relation(rel, tables).rename_columns(list(step.columns)))
+        elif iteration == 0:
+            parts.append(sources[src].select(list(step.columns)))  # type: ignore[index]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+
+
+def iterate(program: Program, roots: pa.Table, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
+    """Run the loop to its fixed point: ``(result, changes of each iteration)``.
+
+    The last iteration's changes are nonzero only when ``max_iterations`` stopped the
+    loop (the result is then empty)."""
+    from .kernels.common import conform
+
+    cols = [*program.data, *leaves(program.width), DIFF]
+    traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in program.steps if isinstance(s, Stateful)}
+    roots = conform(roots, program.roots)
+    parts = [roots]
+    v = roots
+    i = 0
+    history: list[int] = []
+    while True:
+        tables = {"v": v}
+        for step in program.steps:
+            if isinstance(step, Stateful):
+                tables[step.name] = _run_step(step, tables, sources, traces[step.name], i)
+            else:
+                tables[step.name] = _run_concat(step, tables, sources, i)
+        out = conform(_relation(program.output, tables).rename_columns(cols), program.roots)
+        if i == 0:
+            import pyarrow.compute as pc
+
+            back = conform(roots.set_column(len(cols) - 1, DIFF, pc.negate(roots.column(DIFF))), program.roots)
+            out = pa.concat_tables([out, back])
+        delta = conform(_consolidate(out, cols[:-1]), program.roots)
+        history.append(delta.num_rows)
+        if delta.num_rows == 0:
+            break
+        i += 1
+        if program.max_iterations is not None and i >= program.max_iterations:
+            return program.roots.empty_table(), history
+        parts.append(delta)
+        v = delta
+    result = conform(_consolidate(pa.concat_tables(parts), cols[:-1]), program.roots)
+    return result, history
+
+
+def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: read every source, iterate, yield the result and a status row."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        seen: list[pa.RecordBatch] = []
+        rows = 0
+        for b in batches:
+            rows += b.num_rows
+            if rows > program.limit:
+                yield _status(out_schema, TOO_LARGE, 0, rows)
+                return
+            seen.append(b)
+        table = pa.Table.from_batches(seen) if seen else None
+        if table is None or table.num_rows == 0:
+            yield _status(out_schema, DONE, 0, 0)
+            return
+        tags = table.column(SRC)
+        roots = _source_table(table.filter(pc.equal(tags, 0)), 0, [c.name for c in program.roots])
+        sources = [
+            _source_table(table.filter(pc.equal(tags, j + 1)), j + 1, list(cols))
+            for j, cols in enumerate(program.sources)
+        ]
+        result, history = iterate(program, roots, sources)
+        if history[-1]:
+            yield _status(out_schema, LIMIT, len(history), history[-1], history)
+            return
+        for b in _with_status(result, out_schema).to_batches():
+            yield b
+        yield _status(out_schema, DONE, len(history), 0, history)
+
+    return run
+
+
+def _source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
+    return pa.Table.from_arrays([table.column(f"_sd{j}_{c}") for c in cols], names=list(cols))
+
+
+def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
+    n = result.num_rows
+    arrays = [result.column(f.name) if f.name in result.column_names else pa.nulls(n, f.type) for f in schema]
+    from .kernels.common import conform
+
+    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
+
+
+def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = ()) -> pa.RecordBatch:
+    values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history))}
+    arrays = [pa.array([values.get(f.name)], f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# ---------------------------------------------------------------------------------
+# the driver's side
+
+
+def record(spark: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], Any], ctx: Any,
+           check: Callable[[Any], Any], max_iterations: int | None, limit: int) -> tuple[Program, list[Any]]:
+    """Call ``body`` once on placeholders; the program and the outer sources it reads."""
+    rec = Recorder(spark, loop_t, cs)
+    ctx.recording = rec
+    try:
+        out = check(body(rec.loop_var))
+    finally:
+        ctx.recording = None
+    return rec.program(out, cs, max_iterations, limit), [d for d, _ in rec.sources]
+
+
+def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None) -> Any | None:
+    """Run the loop in one task; the result collection, or ``None`` when the input is too large.
+
+    Raises :class:`IterationLimitExceeded` as the distributed loop does."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from .errors import IterationLimitExceeded, from_job_failure
+    from .execution import arrow_schema
+
+    spark = df.sparkSession
+    ttype = cs.ttype
+    data = list(cs.data_cols)
+
+    def tagged(d: Any, j: int, cols: Sequence[str]) -> Any:
+        enc = ttype.encode_column(F.col(TIME))
+        return d.select(
+            F.lit(j).alias(SRC),
+            *[F.col(c).alias(f"_sd{j}_{c}") for c in cols],
+            *[leaf.alias(f"_sd{j}_{n}") for leaf, n in zip(enc, leaves(program.width))],
+            F.col(DIFF).cast("long").alias(f"_sd{j}_{DIFF}"),
+        )
+
+    union = tagged(df, 0, data)
+    for j, (src, cols) in enumerate(zip(sources, program.sources), start=1):
+        union = union.unionByName(tagged(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))]),
+                                  allowMissingColumns=True)
+    fields = [
+        *[T.StructField(c, cs.field(c).dataType, True) for c in data],
+        *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
+        T.StructField(DIFF, T.LongType(), True),
+        T.StructField(STATUS, T.IntegerType(), True),
+        T.StructField(ITERS, T.LongType(), True),
+        T.StructField(CHANGING, T.LongType(), True),
+        T.StructField(HISTORY, T.StringType(), True),
+    ]
+    schema = T.StructType(fields)
+    out = union.coalesce(1).mapInArrow(task(program, arrow_schema(spark, schema)), schema)
+    obs = Observation()
+    observed = out.observe(obs, F.max(STATUS).alias("status"), F.max(ITERS).alias("iters"),
+                           F.max(CHANGING).alias("changing"), F.max(HISTORY).alias("history"))
+    started = _time.time()
+    try:
+        kept = observed.localCheckpoint(eager=True)
+    except Exception as e:
+        mine = from_job_failure(e)
+        if mine is not None:
+            raise mine from e
+        raise
+    metrics = obs.get
+    status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
+    if status == TOO_LARGE:
+        log.info("dd_iterate: running distributed, not inside one task: more than %d input rows (%s)",
+                 program.limit, CONF)
+        return None
+    elapsed = _time.time() - started
+    history = [int(x) for x in str(metrics.get("history") or "").split(",") if x]
+    for i, n in enumerate(history, start=1):
+        log.info("dd_iterate: iteration %d: %d changes (in one task, %.1fs)", i, n, elapsed)
+    if bar is not None:
+        bar.update(len(history))
+        if history:
+            bar.set_postfix(changes=history[-1])
+    log.info("dd_iterate: %d iterations inside one task (%.1fs)", iters, elapsed)
+    if status == LIMIT:
+        raise IterationLimitExceeded(
+            f"dd_iterate: no fixed point within max_iterations={program.max_iterations}: iteration {iters} still "
+            f"produced {changing} changes. Raise max_iterations, or check that the body converges "
+            "(e.g. distances that grow forever around a cycle).",
+            iterations=iters,
+            changing=changing,
+        )
+    time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
+    return kept.where(F.col(STATUS).isNull()).select(*data, time_col.alias(TIME), F.col(DIFF))
+
+
+def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: Any, ctx: Any,
+            check: Callable[[Any], Any], max_iterations: int | None, bar: Any = None) -> Any | None:
+    """The loop run inside one task, or ``None`` (with the reason logged) to run it distributed."""
+    limit = rows_setting(df.sparkSession)
+    if limit == 0:
+        return None
+    try:
+        program, sources = record(df.sparkSession, loop_t, cs, body, ctx, check, max_iterations, limit)
+    except Untranslatable as e:
+        log.info("dd_iterate: running distributed, not inside one task: %s", e)
+        return None
+    return run(df, cs, program, sources, bar)
