@@ -170,7 +170,8 @@ def pathway_run(nodes: int, edges: int, changes: int, seed: int, batch: int, lim
 class _IterationLog(logging.Handler):
     """Collects ``dd_iterate: iteration i: n changes (s)`` records of the library."""
 
-    pattern = re.compile(r"iteration (\d+): (\d+) changes \(([\d.]+)s\)")
+    # "(12.3s)" on the distributed path, "(in one task, 12.3s)" when the loop ran inside one task
+    pattern = re.compile(r"iteration (\d+): (\d+) changes \((?:in one task, )?([\d.]+)s\)")
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)

@@ -260,6 +260,11 @@ def _consolidate(table: pa.Table, cols: Sequence[str], diff: str = DIFF) -> pa.T
 def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
     from .kernels import duck
 
+    if rel.picks is not None:  # columns of one table, renamed: no query
+        source, picked = rel.picks
+        table = tables[source]
+        return pa.Table.from_arrays([table.column(c) for c in picked], names=list(rel.columns))
+
     used = {n: t for n, t in tables.items() if f"${n}" in rel.sql}
     return duck.query(rel.sql, used)
 

@@ -44,10 +44,15 @@ class Untranslatable(Exception):
 
 @dataclass(frozen=True)
 class Relation:
-    """A DuckDB query over named tables (``$name``) and the names of its columns."""
+    """A DuckDB query over named tables (``$name``) and the names of its columns.
+
+    ``picks``: when the query only picks (and renames) columns of one table, that
+    table's name and the picked column of each output column: the in-task path then
+    selects them from the Arrow table without a query."""
 
     sql: str
     columns: tuple[str, ...]
+    picks: tuple[str, tuple[str, ...]] | None = None
 
 
 def leaves(width: int) -> list[str]:
@@ -118,7 +123,7 @@ class Translator:
             if names != list(cols):  # pragma: no cover - leaves are read whole
                 raise Untranslatable("internal: a loop leaf read with other columns")
             expanded = self._expand(cols)
-            return Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${name}", expanded)
+            return Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${name}", expanded, (name, expanded))
         if kind == "SubqueryAlias":
             return self._node(p.child())
         if kind == "Project":
@@ -126,6 +131,7 @@ class Translator:
             self._unique(child)
             items: list[str] = []
             names: list[str] = []
+            picked: list[str] | None = [] if child.picks is not None else None
             for e in _seq(p.projectList()):
                 name = e.name()
                 if self._is_time(e):
@@ -133,12 +139,19 @@ class Translator:
                         raise Untranslatable("the body renames `time`")
                     items.extend(quote(c) for c in leaves(self.width))
                     names.extend(leaves(self.width))
+                    if picked is not None:
+                        picked.extend(leaves(self.width))
                     continue
                 inner = e.child() if e.getClass().getSimpleName() == "Alias" else e
                 items.append(f"{self._expr(inner)} AS {quote(name)}")
                 names.append(name)
+                if picked is not None and child.picks is not None and inner.getClass().getSimpleName() == "AttributeReference":
+                    picked.append(child.picks[1][child.columns.index(inner.name())])
+                else:
+                    picked = None
             a = self._alias()
-            return Relation(f"SELECT {', '.join(items)} FROM ({child.sql}) AS {a}", tuple(names))
+            picks = (child.picks[0], tuple(picked)) if picked is not None and child.picks is not None else None
+            return Relation(f"SELECT {', '.join(items)} FROM ({child.sql}) AS {a}", tuple(names), picks)
         if kind == "Filter":
             child = self._node(p.child())
             self._unique(child)
