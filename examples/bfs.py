@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=None, help="spark.sql.shuffle.partitions")
     ap.add_argument("--check", type=int, default=0, metavar="N", help="verify against Python BFS at N sampled times")
     ap.add_argument("--progress", action="store_true", help="show a progress bar per iteration")
+    ap.add_argument("--local-rows", default=None, metavar="N",
+                    help="spark_differential.iterate.localRows: loops with at most N input rows run inside one "
+                         "task (0: always iteration by iteration on the cluster)")
     args = ap.parse_args(argv)
 
     import logging
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     conf = {}
     if args.partitions:
         conf["spark.sql.shuffle.partitions"] = str(args.partitions)
+    if args.local_rows is not None:
+        conf["spark_differential.iterate.localRows"] = str(args.local_rows)
     spark = sd.session(master=args.master, conf=conf)
     updates = edge_updates(args.nodes, args.edges, args.changes, args.batch, args.seed)
     edges = sd.collection(spark.createDataFrame(updates)).localCheckpoint()

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import rows_of
 
 import spark_differential  # noqa: F401
@@ -41,11 +42,14 @@ def _run(args: list[str], timeout: int = 900) -> str:
     return proc.stdout
 
 
-def test_bfs_example_on_local_cluster():
-    """Two executor JVMs with their own Python workers: no state may live on the driver."""
+@pytest.mark.cluster
+@pytest.mark.parametrize("local_rows", ["1000000", "0"], ids=["in_task", "distributed"])
+def test_bfs_example_on_local_cluster(local_rows):
+    """Two executor JVMs with their own Python workers: no state may live on the driver,
+    whether the loop runs inside one task or iteration by iteration."""
     out = _run([
         "examples/bfs.py", "--nodes", "30", "--edges", "60", "--changes", "40", "--check", "15",
-        "--master", "local-cluster[2,1,1024]", "--partitions", "4",
+        "--master", "local-cluster[2,1,1024]", "--partitions", "4", "--local-rows", local_rows,
     ])
     assert "distance changes" in out and "OK" in out
 
