@@ -41,6 +41,11 @@ follows the *differences* at ``i`` (semi-naive):
   inputs, the chunk is one more key of every operator's state, and a key's trace
   holds one chunk of history instead of all of it.
 
+Small loops (inputs up to ``spark_differential.iterate.localRows`` rows, bodies
+whose linear steps translate to DuckDB) skip all of this and run whole inside one
+Spark task (:mod:`spark_differential.local_loop`): same kernels, same traces, one
+job instead of several per iteration.
+
 The loop stops at the first iteration whose changes consolidate to nothing.  A
 ``dd_iterate`` inside a body is recomputed from its accumulated inputs at every
 iteration of the enclosing loop (correct, but not differential across the outer
@@ -1016,6 +1021,23 @@ def dd_iterate(
     happening) instead of running longer; it never returns a truncated answer.
     Progress (iteration, changes, elapsed time) is logged at INFO level on the
     ``spark_differential.iterate`` logger; ``progress=True`` also shows a tqdm bar.
+
+    ``dd_iterate`` runs eagerly: it returns once the fixed point is computed and
+    materialised (local checkpoints), so errors such as
+    :class:`IterationLimitExceeded` surface here, not at a later action.
+
+    **Small loops run inside one Spark task.**  A top-level loop is first recorded:
+    ``body`` is called once on empty placeholders (nothing runs), its ``dd_*``
+    operators are noted and the ``select``/``where``/``withColumn``/union steps
+    between them are translated to DuckDB SQL.  When that succeeds and the roots and
+    outer collections together hold at most ``spark_differential.iterate.localRows``
+    rows (default 1,000,000; ``0`` or ``off`` disables it), every iteration runs inside
+    one task with the same kernels: one Spark job for the whole loop instead of
+    several per iteration, and identical rows.  Otherwise (a nested ``dd_iterate``,
+    an expression the translator does not cover, Spark Connect, larger inputs) the
+    loop runs iteration by iteration on the cluster; the reason is logged at INFO.
+    The body must therefore be a pure function of its argument: it may be called
+    once (recorded) or once per iteration.
 
     Over a totally ordered time a top-level loop runs in time chunks when its inputs
     have many more updates than live rows (``spark_differential.iterate.chunkRows``:
