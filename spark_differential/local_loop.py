@@ -567,9 +567,11 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
     limit = rows_setting(df.sparkSession)
     if limit == 0:
         return None
+    started = _time.time()
     try:
         program, sources = record(df.sparkSession, loop_t, cs, body, ctx, check, max_iterations, limit)
     except Untranslatable as e:
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
+    log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
     return run(df, cs, program, sources, bar)
