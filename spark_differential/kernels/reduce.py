@@ -20,15 +20,17 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from ..errors import OutputSchemaError, UserFunctionError
 from ..lattice import TimeType
-from . import duck, extremum, generic
+from . import duck, generic
 from .common import NEW, csv, key_eq, keys, names, nexts, times, window
 from .stab import stab
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+extremum = lazy("spark_differential.kernels.extremum")  # compiles with numba on import
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from .._lazy import lazy
 from ..collection import as_columns, inspect, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields
 from ..kernels import reduce as kreduce
 from ..kernels.common import keys, names
 from ..scope import unify
+
+pd = lazy("pandas")
 
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 _NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
