@@ -116,11 +116,13 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
     ``_commit_version`` and ``_commit_timestamp``.  Inserts and post-images add the
     row (``diff = +1``), deletes and pre-images remove it (``diff = -1``), at the
     ``time`` column: ``_commit_version`` (the default) or ``_commit_timestamp``
-    (any column of a supported time type may be named).  The metadata columns
+    (any column of a supported time type may be named; for Iceberg's changelog
+    view, ``_change_ordinal``).  The metadata columns
     present (``_change_type``, ``_commit_version``, ``_commit_timestamp``,
     ``_change_ordinal``, ``_commit_snapshot_id``) and the ``time`` column are
     dropped from the data.  A feed read from the table's first version accumulates
-    at every version to the table at that version.
+    at every version to the table at that version; Iceberg's copy-on-write
+    "carry-over" rows (a row deleted and re-inserted by one commit) cancel out.
 
     Read a feed with ``spark.read.format("delta").option("readChangeFeed", "true")
     .option("startingVersion", 0).table(name)``.  An unknown or null

@@ -130,6 +130,22 @@ def test_change_feed_accumulates_to_every_version_of_the_table(spark) -> None:
         assert acc(updates, v, TOTAL) == +snap, v
 
 
+def test_iceberg_changelog_view(spark) -> None:
+    """Iceberg's shape: upper-case change types, ``_change_ordinal`` and ``_commit_snapshot_id``."""
+    rows = [
+        (1, "a", "INSERT", 0, 900), (2, "b", "INSERT", 0, 900),
+        (1, "a", "UPDATE_BEFORE", 1, 901), (1, "c", "UPDATE_AFTER", 1, 901),
+        (2, "b", "DELETE", 1, 901), (2, "b", "INSERT", 1, 901),  # a carry-over: cancels
+        (2, "b", "DELETE", 2, 902),
+    ]
+    df = spark.createDataFrame(rows, "id int, v string, _change_type string, _change_ordinal int, _commit_snapshot_id long")
+    out = sd.from_change_feed(df, time="_change_ordinal")
+    assert out.columns == ["id", "v", "time", "diff"]
+    assert_updates_equal(
+        rows_of(out), [((1, "a"), 0, 1), ((2, "b"), 0, 1), ((1, "a"), 1, -1), ((1, "c"), 1, 1), ((2, "b"), 2, -1)]
+    )
+
+
 def test_change_feed_errors(spark) -> None:
     ok = "k long, _change_type string, _commit_version long"
     with no_spark_job(spark):
