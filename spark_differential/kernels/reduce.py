@@ -30,7 +30,7 @@ from .stab import stab
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
-extremum = lazy("spark_differential.kernels.extremum")  # compiles with numba on import
+extremum = lazy("spark_differential.kernels.extremum")  # imports numba
 
 
 @dataclass(frozen=True)
