@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 SECTIONS = [
     ("Sessions and collections", ["session", "collection", "from_snapshots", "from_upserts", "dd_as_of", "dd_consolidate"]),
+    ("Change data in and out", ["from_change_feed", "from_cdc", "from_intervals", "dd_to_intervals"]),
     ("Linear operators", ["dd_negate", "dd_concat"]),
     ("Joins", ["dd_join", "dd_semijoin", "dd_antijoin"]),
     ("Reductions", ["dd_reduce", "dd_count", "dd_sum", "dd_min", "dd_max", "dd_distinct", "dd_threshold"]),
@@ -54,7 +55,7 @@ def render() -> str:
         out += [f"## {title}", ""]
         for n in names:
             fn = getattr(sd, n)
-            entry(("sd." if n in ("session", "collection", "from_snapshots", "from_upserts", "sql") else "") + n, fn)
+            entry(("" if n.startswith("dd_") or n in ("differentiate", "integrate") else "sd.") + n, fn)
     out += ["## spark_differential.algorithms", ""]
     for n in ALGORITHMS:
         entry(f"algorithms.{n}", getattr(algorithms, n))

@@ -16,6 +16,7 @@ also a plain function taking the DataFrame first, usable with ``df.transform``.
 from __future__ import annotations
 
 from . import errors
+from .changes import dd_to_intervals, from_cdc, from_change_feed, from_intervals
 from .collection import collection, dd_as_of, from_snapshots, from_upserts
 from .errors import (
     IterationLimitExceeded,
@@ -76,6 +77,7 @@ METHODS = {
     "dd_asof_join": dd_asof_join,
     "dd_delay": dd_delay,
     "dd_arrange": dd_arrange,
+    "dd_to_intervals": dd_to_intervals,
 }
 
 register(METHODS)
@@ -85,6 +87,9 @@ __all__ = [
     "SparkDifferentialError",
     "collection",
     "errors",
+    "from_cdc",
+    "from_change_feed",
+    "from_intervals",
     "from_snapshots",
     "from_upserts",
     "session",

@@ -35,6 +35,14 @@ class NullValueError(CollectionError):
     """A ``time`` or ``diff`` value is null."""
 
 
+class ChangeDataError(CollectionError):
+    """A change log (change feed, CDC envelope, SCD2 interval) row cannot be read as updates."""
+
+
+class NegativeMultiplicityError(CollectionError):
+    """A row's accumulated multiplicity is negative where only non-negative counts make sense."""
+
+
 class TimeTypeMismatchError(SparkDifferentialError, TypeError):
     """Two collections combined by one operator have different time types."""
 
@@ -92,7 +100,7 @@ def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
     where the library itself runs a job it re-raises them with their own type.
     """
     text = str(exc)
-    for cls in (NullValueError, OutputSchemaError, UserFunctionError):
+    for cls in (NullValueError, ChangeDataError, NegativeMultiplicityError, OutputSchemaError, UserFunctionError):
         marker = f"{cls.__name__}: "
         at = text.find(marker)
         if at >= 0:
@@ -102,6 +110,7 @@ def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
 
 
 __all__ = [
+    "ChangeDataError",
     "CollectionError",
     "DiffTypeError",
     "EnvironmentError_",
@@ -109,6 +118,7 @@ __all__ = [
     "IterationError",
     "IterationLimitExceeded",
     "MissingColumnError",
+    "NegativeMultiplicityError",
     "NullValueError",
     "OutputSchemaError",
     "ReservedNameError",

@@ -17,16 +17,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema, null_guard
 from .errors import SchemaMismatchError
 from .kernels.common import NEW, D, conform, keys, names, over_partition, times
 from .lattice import TimeType
 from .scope import Entry
+
+pa = lazy("pyarrow")
 
 BUCKET = "_sd_b"
 KEY_HASH = "_sd_h"  # 64-bit hash of the key columns (never null; the bucket derives from it)

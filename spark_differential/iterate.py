@@ -65,13 +65,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import chunks as _chunks
 from . import local_loop as _local_loop
+from ._lazy import lazy
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
 from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
@@ -98,6 +98,8 @@ from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
 from .translate import Untranslatable
+
+pa = lazy("pyarrow")
 
 log = logging.getLogger("spark_differential.iterate")
 

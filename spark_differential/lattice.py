@@ -29,9 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ._lazy import lazy
 from .errors import FrontierError, ReservedNameError, TimeTypeError
+
+np = lazy("numpy")
 
 RESERVED_PREFIX = "_sd_"
 LOOP_OUTER = "_sd_outer"

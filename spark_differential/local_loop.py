@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
+from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema
 from .translate import Relation, Translator, Untranslatable, leaf_id, leaves
 
+np = lazy("numpy")
+pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.iterate")
 
 CONF = "spark_differential.iterate.localRows"

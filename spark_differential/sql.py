@@ -52,27 +52,37 @@ without keyword DataFrames) go to ``spark.sql`` unchanged.  See ``docs/sql.md``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from sqlglot import exp
-from sqlglot.dialects.spark import Spark
-from sqlglot.errors import ParseError, SqlglotError, TokenError
-from sqlglot.optimizer.scope import build_scope
-from sqlglot.tokens import TokenType
 
+from ._lazy import lazy
 from .calculus import dd_asof_join
 from .collection import DIFF, collection, from_upserts
 from .errors import SqlError
 
+# sqlglot is imported on the first sd.sql call, not with the package
+sqlglot = lazy("sqlglot")
+exp = lazy("sqlglot.expressions")
+_errors = lazy("sqlglot.errors")
+_scope = lazy("sqlglot.optimizer.scope")
+_tokens = lazy("sqlglot.tokens")
+
 __all__ = ["sql"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_SparkAsof":  # the dialect class, for tests and callers of sqlglot
+        return _dialect()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _OP = "sd.sql"
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
@@ -83,31 +93,39 @@ _TIME_TYPES = (*_INTEGRAL, T.DateType, T.TimestampType, T.TimestampNTZType)
 _TIME = "sdasof_time"
 
 
-class _SparkAsof(Spark):
-    """Spark SQL plus the two as-of spellings sqlglot's Spark dialect rejects.
+@functools.cache
+def _dialect() -> Any:
+    """The sqlglot dialect ``_SparkAsof`` (built on first use: defining it imports sqlglot)."""
+    from sqlglot.dialects.spark import Spark
+    from sqlglot.tokens import TokenType
 
-    sqlglot (30.x) parses ``ASOF [LEFT] JOIN ... ON ...`` (DuckDB's form) in every
-    dialect, but ``MATCH_CONDITION`` only in the Snowflake dialect (whose tokenizer
-    has the keyword), and ``LEFT ASOF JOIN`` (Spark 4.3 puts the join side *before*
-    ``ASOF``) in none.  Parsing the whole query as Snowflake would misread Spark
-    syntax (backquoted identifiers, functions), so this dialect is Spark with the
-    ``MATCH_CONDITION`` keyword (still usable as an identifier) and with ``ASOF``
-    accepted after the join side/kind.
-    """
+    class _SparkAsof(Spark):
+        """Spark SQL plus the two as-of spellings sqlglot's Spark dialect rejects.
 
-    class Tokenizer(Spark.Tokenizer):
-        KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "MATCH_CONDITION": TokenType.MATCH_CONDITION}
+        sqlglot (30.x) parses ``ASOF [LEFT] JOIN ... ON ...`` (DuckDB's form) in every
+        dialect, but ``MATCH_CONDITION`` only in the Snowflake dialect (whose tokenizer
+        has the keyword), and ``LEFT ASOF JOIN`` (Spark 4.3 puts the join side *before*
+        ``ASOF``) in none.  Parsing the whole query as Snowflake would misread Spark
+        syntax (backquoted identifiers, functions), so this dialect is Spark with the
+        ``MATCH_CONDITION`` keyword (still usable as an identifier) and with ``ASOF``
+        accepted after the join side/kind.
+        """
 
-    class Parser(Spark.Parser):
-        # usable as a column name / alias; TABLE_ALIAS_TOKENS (derived in the base
-        # class) does not include it, so `prices p MATCH_CONDITION (...)` parses.
-        ID_VAR_TOKENS = {*Spark.Parser.ID_VAR_TOKENS, TokenType.MATCH_CONDITION}
+        class Tokenizer(Spark.Tokenizer):
+            KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "MATCH_CONDITION": TokenType.MATCH_CONDITION}
 
-        def _parse_join_parts(self) -> tuple[Any, Any, Any]:
-            method, side, kind = super()._parse_join_parts()
-            if method is None and (side is not None or kind is not None) and self._match(TokenType.ASOF):
-                method = self._prev  # Spark 4.3: `LEFT [OUTER] ASOF JOIN`, `INNER ASOF JOIN`
-            return method, side, kind
+        class Parser(Spark.Parser):
+            # usable as a column name / alias; TABLE_ALIAS_TOKENS (derived in the base
+            # class) does not include it, so `prices p MATCH_CONDITION (...)` parses.
+            ID_VAR_TOKENS = {*Spark.Parser.ID_VAR_TOKENS, TokenType.MATCH_CONDITION}
+
+            def _parse_join_parts(self) -> tuple[Any, Any, Any]:
+                method, side, kind = super()._parse_join_parts()
+                if method is None and (side is not None or kind is not None) and self._match(TokenType.ASOF):
+                    method = self._prev  # Spark 4.3: `LEFT [OUTER] ASOF JOIN`, `INNER ASOF JOIN`
+                return method, side, kind
+
+    return _SparkAsof
 
 
 # --------------------------------------------------------------------------- public
@@ -174,8 +192,8 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
 def _parse(query: str) -> exp.Expr | None:
     """The query's syntax tree; None when sqlglot cannot read a query without ASOF."""
     try:
-        stmts = [s for s in sqlglot.parse(query, read=_SparkAsof) if s is not None]
-    except (ParseError, TokenError) as e:
+        stmts = [s for s in sqlglot.parse(query, read=_dialect()) if s is not None]
+    except (_errors.ParseError, _errors.TokenError) as e:
         if _mentions_asof(query):
             raise SqlError(f"{_OP}: could not parse the query: {_parse_message(e)}") from None
         return None
@@ -186,13 +204,13 @@ def _parse(query: str) -> exp.Expr | None:
 
 def _mentions_asof(query: str) -> bool:
     try:
-        tokens = _SparkAsof().tokenize(query)
-    except SqlglotError:
+        tokens = _dialect()().tokenize(query)
+    except _errors.SqlglotError:
         return "asof" in query.lower()
-    return any(t.token_type in (TokenType.ASOF, TokenType.MATCH_CONDITION) for t in tokens)
+    return any(t.token_type in (_tokens.TokenType.ASOF, _tokens.TokenType.MATCH_CONDITION) for t in tokens)
 
 
-def _parse_message(e: SqlglotError) -> str:
+def _parse_message(e: Any) -> str:
     errors = getattr(e, "errors", None) or []
     if errors:
         first = errors[0]
@@ -839,8 +857,8 @@ def _contains(root: exp.Expr, node: exp.Expr) -> bool:
 def _scope_columns(select: exp.Select) -> list[exp.Column]:
     """Column references that belong to ``select``'s scope (incl. correlated ones from its subqueries)."""
     try:
-        root_scope = build_scope(select.root())
-    except SqlglotError:  # pragma: no cover - fall back to a walk that stops at nested queries
+        root_scope = _scope.build_scope(select.root())
+    except _errors.SqlglotError:  # pragma: no cover - fall back to a walk that stops at nested queries
         root_scope = None
     for scope in root_scope.traverse() if root_scope is not None else []:
         if scope.expression is select:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from . import duck
 from .common import D, csv, keys, names
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 _BITS = 62  # bits available for (key id, time, side) in a non-negative int64
 

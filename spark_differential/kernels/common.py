@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-import pyarrow as pa
+from .._lazy import lazy
+
+pa = lazy("pyarrow")
+
 
 D = "_d"
 NEW = "_new"

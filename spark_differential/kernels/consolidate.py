@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
-
+from .._lazy import lazy
 from ..lattice import Leaves, TimeType
 from . import duck
 from .common import csv, names, times
+
+pa = lazy("pyarrow")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,11 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-import duckdb
-import pyarrow as pa
+from .._lazy import lazy
+
+duckdb = lazy("duckdb")
+pa = lazy("pyarrow")
+
 
 _CON: duckdb.DuckDBPyConnection | None = None
 _PID: int | None = None

@@ -15,11 +15,12 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-
+from .._lazy import lazy
 from .common import over_partition
 from .stab import ids
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
 
 ROWS = "_rows"
 

@@ -18,9 +18,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
+from .._lazy import lazy
 from ..lattice import Leaves, TimeType, lub_closure, topological
+
+np = lazy("numpy")
 
 Update = tuple[Hashable, Leaves, int]  # (data, time leaves, diff)
 Snapshot = Callable[[Counter, Leaves], Counter]

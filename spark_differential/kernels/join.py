@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from ..lattice import TimeType
 from . import duck
 from .common import NEW, csv, key_eq, keys, names, times
 from .stab import stab
+
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 
 @dataclass(frozen=True)

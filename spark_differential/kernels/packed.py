@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from .common import NEW, keys, times
 from .stab import consolidated_by_key, ids
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 BLOB = "_blob"
 SEQ = "_seq"  # a blob's trace batch (larger: newer); absent or null when the trace is one batch

@@ -20,15 +20,17 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from ..errors import OutputSchemaError, UserFunctionError
 from ..lattice import TimeType
-from . import duck, extremum, generic
+from . import duck, generic
 from .common import NEW, csv, key_eq, keys, names, nexts, times, window
 from .stab import stab
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+extremum = lazy("spark_differential.kernels.extremum")  # imports numba
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,9 @@ def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], 
         )
     if len(res) == 0:
         return []
+    for name, kv in zip(p.key_names, key_vals):
+        if name in cols and not all((_isna(v) and kv is None) or _same(v, kv) for v in res[name]):
+            raise OutputSchemaError(f"{p.op}: func returned `{name}` values other than the key's for {where}")
     diffs = res["diff"]
     if diffs.isna().any() or not all(float(x).is_integer() for x in diffs):
         raise OutputSchemaError(f"{p.op}: func returned a null or non-integral `diff` for {where}")
@@ -245,6 +250,13 @@ def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], 
         if int(m) != 0:
             out.append((tuple(None if _isna(v) else v for v in vals), int(m)))
     return out
+
+
+def _same(v: Any, kv: Any) -> bool:
+    try:
+        return bool(v == kv)
+    except Exception:
+        return False
 
 
 def _isna(v: Any) -> bool:

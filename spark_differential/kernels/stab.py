@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from .._lazy import lazy
 from . import duck
 from .common import csv, key_eq, keys, times
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 
 def packed(columns: Sequence[np.ndarray]) -> np.ndarray | None:
@@ -142,19 +143,19 @@ def _numbered(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q_dat
 def exact_type(t: pa.DataType) -> bool:
     """Whether Arrow's equality of values of type ``t`` is plain value equality (what
     grouping in SQL and Spark means): not floating point (``-0.0``, NaN payloads), not nested."""
-    return any(f(t) for f in _EXACT)
+    return any(getattr(pa.types, f)(t) for f in _EXACT)
 
 
-_EXACT = (
-    pa.types.is_integer,
-    pa.types.is_string,
-    pa.types.is_large_string,
-    pa.types.is_binary,
-    pa.types.is_large_binary,
-    pa.types.is_boolean,
-    pa.types.is_date,
-    pa.types.is_timestamp,
-    pa.types.is_decimal,
+_EXACT = (  # names of pyarrow.types predicates (looked up on use: pyarrow loads lazily)
+    "is_integer",
+    "is_string",
+    "is_large_string",
+    "is_binary",
+    "is_large_binary",
+    "is_boolean",
+    "is_date",
+    "is_timestamp",
+    "is_decimal",
 )
 
 

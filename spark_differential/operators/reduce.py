@@ -13,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from .._lazy import lazy
 from ..collection import as_columns, inspect, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields
 from ..kernels import reduce as kreduce
 from ..kernels.common import keys, names
 from ..scope import unify
+
+pd = lazy("pandas")
 
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 _NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
@@ -115,7 +117,10 @@ def dd_reduce(
     multiplicity: the ``by`` columns, the other data columns and ``diff`` (the
     multiplicity).  It returns a pandas DataFrame with the ``schema`` columns and an
     integral ``diff``; the output collection (``by`` columns + ``schema`` columns)
-    accumulates at every time to exactly those rows.  ``func`` is never called for an
+    accumulates at every time to exactly those rows.  As with ``applyInPandas``,
+    ``schema`` may also list the ``by`` columns (all of them, with the input's
+    types): the output then has the schema's column order, and ``func`` may return
+    the key columns (checked against the key) or leave them out (filled in).  ``func`` is never called for an
     empty group; an exception in it names the key and time that caused it.
 
     >>> import spark_differential as sd
@@ -135,7 +140,26 @@ def dd_reduce(
     op = "dd_reduce"
     if not callable(func):
         raise TypeError(f"{op}: func must be callable, got {type(func).__name__}")
-    return _reduction(df, op, by, "func", None, _schema_fields(schema, op), func)
+    fields, by_ = _schema_fields(schema, op), as_columns(by, op=op, what="`by`")
+    listed = [f for f in fields if f.name in by_]
+    if not listed:
+        return _reduction(df, op, by, "func", None, fields, func)
+    # the schema lists the `by` columns too, as applyInPandas schemas do: check them, keep its column order
+    cs = inspect(df, op=op)
+    require_columns(cs, by_, op=op, side="input", what="`by` columns")
+    if len(listed) != len(by_):
+        raise SchemaMismatchError(f"{op}: schema lists some `by` columns but not all of {by_}; list all or none")
+    for f in listed:
+        if f.dataType.simpleString() != cs.field(f.name).dataType.simpleString():
+            raise SchemaMismatchError(
+                f"{op}: schema gives `by` column `{f.name}` type {f.dataType.simpleString()} but the input has "
+                f"{cs.field(f.name).dataType.simpleString()}; use the input's type"
+            )
+    rest = [f for f in fields if f.name not in by_]
+    if not rest:
+        raise SchemaMismatchError(f"{op}: schema must name at least one output column besides the `by` columns")
+    out = _reduction(df, op, by, "func", None, rest, func)
+    return out.select(*[f.name for f in fields], "time", "diff")
 
 
 def dd_count(df: DataFrame, by: str | Sequence[str] | None = None) -> DataFrame:
