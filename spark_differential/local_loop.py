@@ -113,7 +113,7 @@ class Program:
     data: tuple[str, ...]
     width: int
     roots: pa.Schema  # data, time leaves, diff
-    sources: tuple[tuple[str, ...], ...]  # each outer source's columns (data, leaves, diff)
+    sources: tuple[tuple[str, ...], ...]  # each source's columns (data, leaves, diff); source 0: the roots
     max_iterations: int | None
     limit: int
 
@@ -125,7 +125,7 @@ class Program:
 class Recorder:
     """Collects the steps of one body while it is called on placeholders."""
 
-    def __init__(self, spark: Any, loop_t: Any, cs: CollectionSchema) -> None:
+    def __init__(self, spark: Any, loop_t: Any, cs: CollectionSchema, roots: Any) -> None:
         from pyspark.sql import types as T
 
         self.spark = spark
@@ -133,7 +133,9 @@ class Recorder:
         self.width = loop_t.inner.width
         self.steps: list[Stateful | Concat] = []
         self.tables: dict[int, tuple[str, Sequence[str]]] = {}
-        self.sources: list[tuple[Any, Any]] = []  # (DataFrame, its CollectionSchema)
+        # (DataFrame, its CollectionSchema) of the roots (source 0, also when the body reads them
+        # again, as BFS concatenates its roots) and of every outer collection the body reads
+        self.sources: list[tuple[Any, Any]] = [(roots, cs)]
         ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
         self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
         self.T = T
@@ -375,8 +377,9 @@ def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.
     return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
 
 
-def iterate(program: Program, roots: pa.Table, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
-    """Run the loop to its fixed point: ``(result, changes of each iteration)``.
+def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
+    """Run the loop from its sources (the roots first) to its fixed point: ``(result, changes of
+    each iteration)``.
 
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
     loop (the result is then empty)."""
@@ -384,7 +387,7 @@ def iterate(program: Program, roots: pa.Table, sources: Sequence[pa.Table]) -> t
 
     cols = [*program.data, *leaves(program.width), DIFF]
     traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in program.steps if isinstance(s, Stateful)}
-    roots = conform(roots, program.roots)
+    roots = conform(sources[0], program.roots)
     parts = [roots]
     v = roots
     i = 0
@@ -434,12 +437,8 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
             yield _status(out_schema, DONE, 0, 0)
             return
         tags = table.column(SRC)
-        roots = _source_table(table.filter(pc.equal(tags, 0)), 0, [c.name for c in program.roots])
-        sources = [
-            _source_table(table.filter(pc.equal(tags, j + 1)), j + 1, list(cols))
-            for j, cols in enumerate(program.sources)
-        ]
-        result, history = iterate(program, roots, sources)
+        sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
+        result, history = iterate(program, sources)
         if history[-1]:
             yield _status(out_schema, LIMIT, len(history), history[-1], history)
             return
@@ -472,10 +471,11 @@ def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: 
 # the driver's side
 
 
-def record(spark: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], Any], ctx: Any,
+def record(roots: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], Any], ctx: Any,
            check: Callable[[Any], Any], max_iterations: int | None, limit: int) -> tuple[Program, list[Any]]:
-    """Call ``body`` once on placeholders; the program and the outer sources it reads."""
-    rec = Recorder(spark, loop_t, cs)
+    """Call ``body`` once on placeholders; the program and its sources (the roots first)."""
+    spark = roots.sparkSession
+    rec = Recorder(spark, loop_t, cs, roots)
     ctx.recording = rec
     try:
         out = check(body(rec.loop_var))
@@ -508,10 +508,11 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
             F.col(DIFF).cast("long").alias(f"_sd{j}_{DIFF}"),
         )
 
-    union = tagged(df, 0, data)
-    for j, (src, cols) in enumerate(zip(sources, program.sources), start=1):
-        union = union.unionByName(tagged(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))]),
-                                  allowMissingColumns=True)
+    union = None
+    for j, (src, cols) in enumerate(zip(sources, program.sources)):
+        part = tagged(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))])
+        union = part if union is None else union.unionByName(part, allowMissingColumns=True)
+    assert union is not None
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
@@ -569,7 +570,7 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
         return None
     started = _time.time()
     try:
-        program, sources = record(df.sparkSession, loop_t, cs, body, ctx, check, max_iterations, limit)
+        program, sources = record(df, loop_t, cs, body, ctx, check, max_iterations, limit)
     except Untranslatable as e:
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
