@@ -38,7 +38,7 @@ from typing import Any
 
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema
-from .translate import Relation, Translator, Untranslatable, leaf_id, leaves
+from .translate import Relation, Translator, Untranslatable, leaves, placeholder
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -132,7 +132,7 @@ class Recorder:
         self.loop_t = loop_t
         self.width = loop_t.inner.width
         self.steps: list[Stateful | Concat] = []
-        self.tables: dict[int, tuple[str, Sequence[str]]] = {}
+        self.tables: dict[str, tuple[str, Sequence[str]]] = {}
         # (DataFrame, its CollectionSchema) of the roots (source 0, also when the body reads them
         # again, as BFS concatenates its roots) and of every outer collection the body reads
         self.sources: list[tuple[Any, Any]] = [(roots, cs)]
@@ -148,8 +148,8 @@ class Recorder:
             T.StructField(TIME, self.loop_t.spark_type(), True),
             T.StructField(DIFF, T.LongType(), True),
         ])
-        df = self.spark.createDataFrame([], schema)
-        self.tables[leaf_id(df)] = (name, [*[f.name for f in fields], TIME, DIFF])
+        df = placeholder(self.spark, schema, name)
+        self.tables[name] = (name, [*[f.name for f in fields], TIME, DIFF])
         return df
 
     def source(self, df: Any, cs: CollectionSchema, ttype: Any) -> int:

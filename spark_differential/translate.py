@@ -29,6 +29,7 @@ from typing import Any
 from .collection import TIME
 
 LEAF = "_sd_t"
+LEAF_KEY = "spark_differential.leaf"
 
 _EXPRESSIONS = {
     "Paren", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Column", "Identifier", "Literal", "Cast", "TryCast",
@@ -76,23 +77,42 @@ def plan_of(df: Any) -> Any:
     return jdf.queryExecution().analyzed()
 
 
-def leaf_id(df: Any) -> int:
-    """What identifies a leaf DataFrame in plans built on it: the id of its RDD."""
-    plan = plan_of(df)
-    if plan.nodeName() != "LogicalRDD":
-        raise Untranslatable(f"internal: a loop leaf is a {plan.nodeName()}, not an RDD")  # pragma: no cover
-    return int(plan.rdd().id())
+def placeholder(spark: Any, schema: Any, name: str) -> Any:
+    """An empty DataFrame of ``schema`` that plans built on it know as the leaf ``name``.
+
+    The name rides in the metadata of its last column (``diff``), which Spark keeps
+    when it renumbers the columns of a relation read twice (a self-union).  Built on
+    the JVM directly: one call instead of Python's ``createDataFrame`` round trips."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import types as T
+
+    if getattr(spark, "_jsparkSession", None) is None:
+        raise Untranslatable("the session is Spark Connect (no analysed plan to translate)")
+    fields = list(schema.fields)
+    fields[-1] = T.StructField(fields[-1].name, fields[-1].dataType, fields[-1].nullable, {LEAF_KEY: name})
+    jschema = spark._jsparkSession.parseDataType(T.StructType(fields).json())
+    jdf = spark._jsparkSession.createDataFrame(spark._jvm.java.util.ArrayList(), jschema)
+    return DataFrame(jdf, spark)
+
+
+def _leaf_name(p: Any) -> str | None:
+    import json
+
+    out = _seq(p.output())
+    if not out:
+        return None
+    return json.loads(out[-1].metadata().json()).get(LEAF_KEY)
 
 
 class Translator:
     """Translate DataFrames built from leaves into :class:`Relation` s.
 
-    ``jvm``: the session's py4j JVM view; ``tables``: RDD id of each leaf -> (table name, its columns as in the Spark plan,
+    ``jvm``: the session's py4j JVM view; ``tables``: each leaf's name -> (table name, its columns as in the Spark plan,
     ``time`` included); ``width``: the number of encoded time leaves; ``ansi``:
     whether Spark's casts fail on bad input (DuckDB ``CAST``) or give null (``TRY_CAST``).
     """
 
-    def __init__(self, jvm: Any, tables: Mapping[int, tuple[str, Sequence[str]]], width: int, ansi: bool = True) -> None:
+    def __init__(self, jvm: Any, tables: Mapping[str, tuple[str, Sequence[str]]], width: int, ansi: bool = True) -> None:
         self.jvm = jvm
         self.tables = tables  # read at translation time: the recorder adds leaves as it goes
         self.width = width
@@ -114,11 +134,11 @@ class Translator:
 
     def _node(self, p: Any) -> Relation:
         kind = p.nodeName()
-        if kind == "LogicalRDD":
-            rid = int(p.rdd().id())
-            if rid not in self.tables:
+        if kind == "LocalRelation":
+            leaf = _leaf_name(p)
+            if leaf is None or leaf not in self.tables:
                 raise Untranslatable("the body reads a DataFrame from outside the loop other than through dd_* operators")
-            name, cols = self.tables[rid]
+            name, cols = self.tables[leaf]
             names = [a.name() for a in _seq(p.output())]
             if names != list(cols):  # pragma: no cover - leaves are read whole
                 raise Untranslatable("internal: a loop leaf read with other columns")
