@@ -394,3 +394,73 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
     assert resolved(slot) == {1: "a2", 4: "d2", 5: "e", 6: "f"} and len(slot.packed) == 1
     assert sorted(r["_k0"] for r in slot.packed[0].collect()) == [1, 4, 5, 6]
     assert slot.packed_rows == [4]
+
+
+def test_body_expressions_on_both_paths(spark, path):
+    """A body whose linear steps use CASE, casts, arithmetic, strings, coalesce and filters
+    (each translated to DuckDB on the in-task path), against the fixed point computed here."""
+    roots = spark.createDataFrame(
+        [(0, "a", 0, 1), (3, "b", 0, 1), (1, None, 2, 1), (3, "b", 4, -1)],
+        "x long, s string, time long, diff long",
+    )
+
+    def body(d):
+        step = d.select(
+            F.when(F.col("x") < 5, F.col("x") + F.lit(1).cast("int")).otherwise(F.col("x")).alias("x"),
+            F.coalesce(F.concat(F.col("s"), F.lit("")), F.lit("z")).alias("s"),
+            "time",
+            "diff",
+        ).where((F.col("x") % 2 == 0) | (F.col("s") != "q"))
+        return step.dd_concat(d).dd_distinct()
+
+    got = sorted(rows_of(roots.dd_iterate(body)), key=repr)
+
+    def closure(start):
+        out = set(start)
+        while True:
+            more = {(min(x + 1, 5) if x < 5 else x, s if s is not None else "z") for x, s in out} - out
+            if not more:
+                return out
+            out |= more
+
+    def at(t):
+        live = Counter()
+        for x, s, tt, r in [(0, "a", 0, 1), (3, "b", 0, 1), (1, None, 2, 1), (3, "b", 4, -1)]:
+            if tt <= t:
+                live[(x, s)] += r
+        return closure({k for k, m in live.items() if m > 0})
+
+    expected = []
+    prev = set()
+    for t in range(5):
+        now = at(t)
+        expected += [((x, s), t, 1) for x, s in now - prev] + [((x, s), t, -1) for x, s in prev - now]
+        prev = now
+    assert got == sorted(expected, key=repr)
+
+
+def test_reduce_heavy_body_on_both_paths(spark, path):
+    """dd_reduce (a Python function), dd_count and dd_sum in one body, on both paths."""
+    roots = spark.createDataFrame([("k", 0, 0, 1), ("j", 2, 0, 1), ("k", 10, 2, 1)], "k string, v long, time long, diff long")
+
+    def body(d):
+        grown = d.select("k", F.least(F.col("v") + 1, F.lit(4)).cast("long").alias("v"), "time", "diff").dd_concat(d)
+        best = grown.dd_reduce(by="k", func=lambda g: g.nlargest(1, "v")[["v"]].assign(diff=1), schema="v long")
+        sizes = best.dd_count("k").dd_sum("k", "count")  # one row per key: every count is 1
+        return best.dd_semijoin(sizes.select("k", "time", "diff"), on="k")
+
+    got = sorted(rows_of(roots.dd_iterate(body)))
+    assert got == sorted([(("j", 4), 0, 1), (("k", 4), 0, 1), (("k", 4), 2, -1), (("k", 10), 2, 1)])
+
+
+def test_untranslatable_body_runs_distributed_and_says_why(spark, caplog):
+    """An expression the translator does not cover (pmod) sends the loop to the distributed
+    path, with one log line naming it, and the answer is the same."""
+    roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    out = roots.dd_iterate(
+        lambda d: d.select(F.pmod(F.col("x") + 1, F.lit(3)).alias("x"), "time", "diff").dd_concat(d).dd_distinct()
+    )
+    assert sorted(rows_of(out)) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
+    why = [r.getMessage() for r in caplog.records if "running distributed" in r.getMessage()]
+    assert len(why) == 1 and "pmod" in why[0].lower(), why
