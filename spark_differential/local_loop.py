@@ -38,6 +38,7 @@ from typing import Any
 
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema
+from .lattice import Total
 from .translate import Relation, Translator, Untranslatable, leaves, placeholder
 
 np = lazy("numpy")
@@ -51,6 +52,7 @@ STATUS = "_sd_status"
 ITERS = "_sd_iters"
 CHANGING = "_sd_changing"
 HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separated
+CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
 
@@ -75,6 +77,26 @@ def rows_setting(spark: Any) -> int:
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """Time chunks ``[t0 + c·width, t0 + (c+1)·width)`` (encoded time), ``count`` of them, and
+    the kernel column an operator keys (or tags) its state with."""
+
+    t0: int
+    width: int
+    count: int
+    column: str = ""
+
+    @property
+    def last(self) -> int:
+        return self.t0 + (self.count - 1) * self.width
+
+    def of(self, leaf: Any) -> Any:
+        """The chunk (its start) of encoded times, as a numpy array."""
+        t = np.asarray(leaf, dtype=np.int64)
+        return t - (t - self.t0) % self.width
+
+
+@dataclass(frozen=True)
 class StepInput:
     """One input of a stateful step: a relation of the loop, or an outer source."""
 
@@ -85,6 +107,7 @@ class StepInput:
     prefix: str  # the kernel's names of the data columns (``_a`` or ``_b``)
     schema: pa.Schema  # the kernel's input columns (keys, data, times, _d, _new), typed
     keep: bool  # whether the step keeps a trace of this input's updates
+    chunk: Chunking | None = None  # when the loop runs in time chunks: the chunk column to add
 
 
 @dataclass(frozen=True)
@@ -116,6 +139,7 @@ class Program:
     sources: tuple[tuple[str, ...], ...]  # each source's columns (data, leaves, diff); source 0: the roots
     max_iterations: int | None
     limit: int
+    chunk_rows: int | None = 0  # updates per time chunk (None: auto; 0: never chunk)
 
 
 # ---------------------------------------------------------------------------------
@@ -242,7 +266,11 @@ class Recorder:
         sources = tuple(
             (*scs.data_cols, *leaves(self.width), DIFF) for _, scs in self.sources
         )
-        return Program(tuple(self.steps), output, tuple(data), self.width, roots, sources, max_iterations, limit)
+        from .chunks import rows_setting
+
+        chunk_rows = rows_setting(self.spark) if isinstance(cs.ttype, Total) else 0
+        return Program(tuple(self.steps), output, tuple(data), self.width, roots, sources, max_iterations, limit,
+                       chunk_rows)
 
 
 # ---------------------------------------------------------------------------------
@@ -285,6 +313,9 @@ def _kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.
     cols = [table.column(c) for c in (*inp.keys, *inp.data, *leaves(width), DIFF)]
     cols.append(pa.array(np.full(table.num_rows, new)))
     labels = [*keys(len(inp.keys)), *names(inp.prefix, len(inp.data)), *times(width), D, NEW]
+    if inp.chunk is not None:
+        cols.append(pa.array(inp.chunk.of(table.column(leaves(width)[0]).to_numpy(zero_copy_only=False))))
+        labels.append(inp.chunk.column)
     return conform(pa.Table.from_arrays(cols, names=labels), inp.schema)
 
 
@@ -377,16 +408,116 @@ def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.
     return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
 
 
-def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
+def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
+    """Time chunks for the loop (as :func:`spark_differential.chunks.plan`, from the rows at hand)."""
+    from .chunks import _MAX_SPAN, AUTO_MIN_ROWS
+    from .kernels import duck
+
+    if program.chunk_rows == 0 or program.width != 1:
+        return None
+    n = live = 0
+    lo: int | None = None
+    hi: int | None = None
+    t = leaves(1)[0]
+    for table, cols in zip(sources, program.sources):
+        if table.num_rows == 0:
+            continue
+        data = [c for c in cols if c not in (t, DIFF)]
+        group = f"GROUP BY {duck.cols(data)}" if data else ""
+        r = duck.query(
+            f"SELECT count(*) FILTER (WHERE s <> 0) AS live, min(lo) AS lo, max(hi) AS hi FROM "
+            f"(SELECT sum({DIFF}) AS s, min({t}) AS lo, max({t}) AS hi FROM $X {group}) AS g",
+            {"X": table},
+        ).to_pylist()[0]
+        n += table.num_rows
+        live += int(r["live"])
+        lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
+        hi = int(r["hi"]) if hi is None else max(hi, int(r["hi"]))
+    if lo is None or hi is None or hi - lo >= _MAX_SPAN:
+        return None
+    per_chunk = program.chunk_rows if program.chunk_rows is not None else max(live, AUTO_MIN_ROWS)
+    wanted = n // max(1, per_chunk)
+    if wanted < 2:
+        return None
+    width = max(1, -(-(hi - lo + 1) // wanted))
+    count = (hi - lo) // width + 1
+    return Chunking(lo, width, count) if count >= 2 else None
+
+
+def _chunked(table: pa.Table, cols: Sequence[str], ch: Chunking) -> pa.Table:
+    """The chunked form of a source: its updates, and at every chunk's start the source
+    accumulated before it (:mod:`spark_differential.chunks`)."""
+    from .kernels import duck
+    from .kernels.common import conform, window
+
+    t = leaves(1)[0]
+    data = [c for c in cols if c not in (t, DIFF)]
+    d = duck.cols(data)
+    w = window([duck.quote(c) for c in data])
+    sql = (
+        f"WITH per AS (SELECT {d}{', ' if data else ''}{t} - ({t} - {ch.t0}) % {ch.width} AS _c, "
+        f"sum({DIFF})::BIGINT AS _s FROM $X GROUP BY ALL), "
+        f"acc AS (SELECT {d}{', ' if data else ''}_c, sum(_s) OVER ({w} ORDER BY _c ROWS UNBOUNDED PRECEDING) AS _a, "
+        f"lead(_c) OVER ({w} ORDER BY _c) AS _nx FROM per) "
+        f"SELECT {d}{', ' if data else ''}unnest(range(_c + {ch.width}, coalesce(_nx, {ch.last}) + 1, {ch.width})) AS {t}, "
+        f"_a::BIGINT AS {DIFF} FROM acc WHERE _a <> 0 AND _c + {ch.width} <= coalesce(_nx, {ch.last})"
+    )
+    snap = duck.query(sql, {"X": table})
+    schema = table.select(list(cols)).schema
+    return pa.concat_tables([conform(table.select(list(cols)), schema), conform(snap.select(list(cols)), schema)])
+
+
+def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking) -> pa.Table:
+    """Per-chunk answers as one collection: each chunk's answer, accumulated, is retracted
+    where the next chunk's snapshot takes over."""
+    from .kernels import duck
+
+    t = leaves(1)[0]
+    d = duck.cols(data)
+    sep = ", " if data else ""
+    sql = (
+        f"SELECT {d}{sep}_c + {ch.width} AS {t}, -_s AS {DIFF} FROM (SELECT {d}{sep}{t} - ({t} - {ch.t0}) % {ch.width} AS _c, "
+        f"sum({DIFF})::BIGINT AS _s FROM $X GROUP BY ALL) AS e WHERE _s <> 0 AND _c < {ch.last}"
+    )
+    ends = duck.query(sql, {"X": result})
+    cols = [*data, t, DIFF]
+    return _consolidate(pa.concat_tables([result.select(cols), ends.select(cols)], promote_options="permissive"), cols[:-1])
+
+
+def _chunk_step(step: Stateful, ch: Chunking) -> Stateful:
+    """``step`` with the chunk as one more key (joins, reductions) or data column (thresholds)."""
+    import dataclasses
+
+    from .kernels.common import keys, names
+    from .kernels.reduce import ThresholdParams
+
+    p = step.params
+    if isinstance(p, ThresholdParams):
+        column, params = names("_a", p.ndata + 1)[-1], dataclasses.replace(p, ndata=p.ndata + 1)
+    else:
+        column, params = keys(p.nkeys + 1)[-1], dataclasses.replace(p, nkeys=p.nkeys + 1)
+    chunk = dataclasses.replace(ch, column=column)
+    field_ = pa.field(column, pa.int64())
+    inputs = tuple(dataclasses.replace(i, schema=i.schema.append(field_), chunk=chunk) for i in step.inputs)
+    return dataclasses.replace(step, params=params, key_cols=(*step.key_cols, column), inputs=inputs,
+                               out_schema=step.out_schema.append(field_))
+
+
+def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int], int]:
     """Run the loop from its sources (the roots first) to its fixed point: ``(result, changes of
-    each iteration)``.
+    each iteration, number of time chunks)``.
 
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
     loop (the result is then empty)."""
     from .kernels.common import conform
 
     cols = [*program.data, *leaves(program.width), DIFF]
-    traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in program.steps if isinstance(s, Stateful)}
+    chunks = _plan_chunks(program, sources)
+    steps = program.steps
+    if chunks is not None:
+        sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
+        steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in steps)
+    traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
     roots = conform(sources[0], program.roots)
     parts = [roots]
     v = roots
@@ -394,7 +525,7 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     history: list[int] = []
     while True:
         tables = {"v": v}
-        for step in program.steps:
+        for step in steps:
             if isinstance(step, Stateful):
                 tables[step.name] = _run_step(step, tables, sources, traces[step.name], i)
             else:
@@ -411,11 +542,13 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
             break
         i += 1
         if program.max_iterations is not None and i >= program.max_iterations:
-            return program.roots.empty_table(), history
+            return program.roots.empty_table(), history, chunks.count if chunks else 0
         parts.append(delta)
         v = delta
-    result = conform(_consolidate(pa.concat_tables(parts), cols[:-1]), program.roots)
-    return result, history
+    result = _consolidate(pa.concat_tables(parts), cols[:-1])
+    if chunks is not None:
+        result = _unchunked(result, program.data, chunks)
+    return conform(result, program.roots), history, chunks.count if chunks else 0
 
 
 def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -438,13 +571,13 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
             return
         tags = table.column(SRC)
         sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
-        result, history = iterate(program, sources)
+        result, history, nchunks = iterate(program, sources)
         if history[-1]:
-            yield _status(out_schema, LIMIT, len(history), history[-1], history)
+            yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks)
             return
         for b in _with_status(result, out_schema).to_batches():
             yield b
-        yield _status(out_schema, DONE, len(history), 0, history)
+        yield _status(out_schema, DONE, len(history), 0, history, nchunks)
 
     return run
 
@@ -461,8 +594,9 @@ def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
-def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = ()) -> pa.RecordBatch:
-    values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history))}
+def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = (),
+            chunks: int = 0) -> pa.RecordBatch:
+    values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history)), CHUNKS: chunks}
     arrays = [pa.array([values.get(f.name)], f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -521,12 +655,14 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         T.StructField(ITERS, T.LongType(), True),
         T.StructField(CHANGING, T.LongType(), True),
         T.StructField(HISTORY, T.StringType(), True),
+        T.StructField(CHUNKS, T.LongType(), True),
     ]
     schema = T.StructType(fields)
     out = union.coalesce(1).mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     obs = Observation()
     observed = out.observe(obs, F.max(STATUS).alias("status"), F.max(ITERS).alias("iters"),
-                           F.max(CHANGING).alias("changing"), F.max(HISTORY).alias("history"))
+                           F.max(CHANGING).alias("changing"), F.max(HISTORY).alias("history"),
+                           F.max(CHUNKS).alias("chunks"))
     started = _time.time()
     try:
         kept = observed.localCheckpoint(eager=True)
@@ -549,7 +685,9 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         bar.update(len(history))
         if history:
             bar.set_postfix(changes=history[-1])
-    log.info("dd_iterate: %d iterations inside one task (%.1fs)", iters, elapsed)
+    nchunks = int(metrics.get("chunks") or 0)
+    log.info("dd_iterate: %d iterations inside one task%s (%.1fs)", iters,
+             f", in {nchunks} time chunks" if nchunks else "", elapsed)
     if status == LIMIT:
         raise IterationLimitExceeded(
             f"dd_iterate: no fixed point within max_iterations={program.max_iterations}: iteration {iters} still "

@@ -464,3 +464,22 @@ def test_untranslatable_body_runs_distributed_and_says_why(spark, caplog):
     assert sorted(rows_of(out)) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
     why = [r.getMessage() for r in caplog.records if "running distributed" in r.getMessage()]
     assert len(why) == 1 and "pmod" in why[0].lower(), why
+
+
+@pytest.mark.parametrize("chunk_rows", ["5", "12"])
+def test_bfs_in_time_chunks_on_both_paths(spark, path, caplog, chunk_rows):
+    """Time chunks (a few updates each) inside one task and on the cluster, against the oracle."""
+    spark.conf.set("spark_differential.iterate.chunkRows", chunk_rows)
+    try:
+        check_random_bfs(spark, Total(), 21, 8)
+        rng = random.Random(5)
+        edges = Coll(("src", "dst"), consolidate(interval_edges(rng, 7, 30, Total(), hi=12)))
+        roots = Coll(("node",), [((0,), 0, 1), ((3,), 2, 1), ((3,), 9, -1)])
+        got = bfs(to_df(spark, roots, Total()).withColumn("dist", F.lit(0).cast("long")).select("node", "dist", "time", "diff"),
+                  to_df(spark, edges, Total()))
+        assert_matches(got, ref_bfs(edges, roots, Total()))
+    finally:
+        spark.conf.unset("spark_differential.iterate.chunkRows")
+    if path == "in_task":
+        ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
+        assert ran and all("time chunks" in m for m in ran), ran
