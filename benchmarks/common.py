@@ -299,11 +299,22 @@ def warm_spark(spark: Any) -> None:
     """
     import spark_differential  # noqa: F401  (registers the dd_* methods)
 
-    log("warming up Spark (a tiny consolidate, join and count; not timed)")
+    from pyspark.sql import functions as F
+
+    log("warming up Spark (a tiny consolidate, join, count, min and 3-node BFS; not timed)")
     df = spark.range(0, 2000).selectExpr("id % 50 AS key", "id % 7 AS val", "id % 5 AS time", "1L AS diff")
     spark_action(df.dd_consolidate(method="kernel"))
     spark_action(df.dd_consolidate(method="spark"))
     spark_action(df.dd_join(df.withColumnRenamed("val", "val2"), on="key").dd_count(by="key"))
+    # every Python worker loads the compiled min kernel (a task per partition), and one runs a loop
+    spark_action(df.dd_min(by="key", col="val"))
+    edges = spark.createDataFrame([(0, 1, 0, 1), (1, 2, 0, 1)], "node long, dst long, time long, diff long")
+    roots = spark.createDataFrame([(0, 0, 0, 1)], "node long, dist long, time long, diff long")
+    spark_action(roots.dd_iterate(
+        lambda d: d.dd_join(edges, on="node")
+        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+        .dd_concat(d).dd_min(by="node", col="dist")
+    ))
 
 
 def spark_action(df: Any) -> None:

@@ -30,6 +30,7 @@ data); here the whole loop is one task of one job:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +54,9 @@ ITERS = "_sd_iters"
 CHANGING = "_sd_changing"
 HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separated
 CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
+PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
+SPREAD_CONF = "spark_differential.iterate.localSpreadBytes"
+DEFAULT_SPREAD_BYTES = 1 << 20
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
 
@@ -140,6 +144,7 @@ class Program:
     max_iterations: int | None
     limit: int
     chunk_rows: int | None = 0  # updates per time chunk (None: auto; 0: never chunk)
+    chunking: Chunking | None = None  # chunks planned on the driver: the sources arrive in chunked form
 
 
 # ---------------------------------------------------------------------------------
@@ -512,10 +517,13 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     from .kernels.common import conform
 
     cols = [*program.data, *leaves(program.width), DIFF]
-    chunks = _plan_chunks(program, sources)
+    chunks = program.chunking
+    if chunks is None:
+        chunks = _plan_chunks(program, sources)
+        if chunks is not None:
+            sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     steps = program.steps
     if chunks is not None:
-        sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
         steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in steps)
     traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
     roots = conform(sources[0], program.roots)
@@ -618,8 +626,13 @@ def record(roots: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], 
     return rec.program(out, cs, max_iterations, limit), [d for d, _ in rec.sources]
 
 
-def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None) -> Any | None:
+def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
+        spread: Any = None) -> Any | None:
     """Run the loop in one task; the result collection, or ``None`` when the input is too large.
+
+    ``spread`` (:class:`spark_differential.chunks.Chunks`): the sources go in chunked form
+    to one task per partition, each running the loop over its chunks, and the answers
+    are consolidated across chunks by Spark.
 
     Raises :class:`IterationLimitExceeded` as the distributed loop does."""
     from pyspark.sql import Observation
@@ -640,13 +653,23 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
             *[F.col(c).alias(f"_sd{j}_{c}") for c in cols],
             *[leaf.alias(f"_sd{j}_{n}") for leaf, n in zip(enc, leaves(program.width))],
             F.col(DIFF).cast("long").alias(f"_sd{j}_{DIFF}"),
+            *([F.col(PART)] if PART in d.columns else []),
         )
 
     union = None
     for j, (src, cols) in enumerate(zip(sources, program.sources)):
+        if spread is not None:
+            src = spread.chunked(src).withColumn(PART, spread.of(F.col(TIME)))
         part = tagged(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))])
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
+    if spread is not None:
+        from .execution import shuffle_partitions
+
+        program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
+        union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
+    else:
+        union = union.coalesce(1)
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
@@ -658,12 +681,17 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         T.StructField(CHUNKS, T.LongType(), True),
     ]
     schema = T.StructType(fields)
-    out = union.coalesce(1).mapInArrow(task(program, arrow_schema(spark, schema)), schema)
+    out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     obs = Observation()
     observed = out.observe(obs, F.max(STATUS).alias("status"), F.max(ITERS).alias("iters"),
                            F.max(CHANGING).alias("changing"), F.max(HISTORY).alias("history"),
                            F.max(CHUNKS).alias("chunks"))
     started = _time.time()
+    if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
+        names_ = [*data, *leaves(program.width)]
+        observed = observed.where(F.col(STATUS).isNull()).groupBy(*names_).agg(
+            F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0).select(
+            *names_, DIFF, *[F.lit(None).cast(f.dataType).alias(f.name) for f in fields[len(names_) + 1:]])
     try:
         kept = observed.localCheckpoint(eager=True)
     except Exception as e:
@@ -678,7 +706,8 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
                  program.limit, CONF)
         return None
     elapsed = _time.time() - started
-    history = [int(x) for x in str(metrics.get("history") or "").split(",") if x]
+    # one task: its changes per iteration; several: only the longest task's count is known
+    history = [] if spread is not None else [int(x) for x in str(metrics.get("history") or "").split(",") if x]
     for i, n in enumerate(history, start=1):
         log.info("dd_iterate: iteration %d: %d changes (in one task, %.1fs)", i, n, elapsed)
     if bar is not None:
@@ -686,8 +715,12 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         if history:
             bar.set_postfix(changes=history[-1])
     nchunks = int(metrics.get("chunks") or 0)
-    log.info("dd_iterate: %d iterations inside one task%s (%.1fs)", iters,
-             f", in {nchunks} time chunks" if nchunks else "", elapsed)
+    if spread is not None:
+        log.info("dd_iterate: %d iterations inside one task per partition, in %d time chunks (%.1fs)", iters,
+                 spread.count, elapsed)
+    else:
+        log.info("dd_iterate: %d iterations inside one task%s (%.1fs)", iters,
+                 f", in {nchunks} time chunks" if nchunks else "", elapsed)
     if status == LIMIT:
         raise IterationLimitExceeded(
             f"dd_iterate: no fixed point within max_iterations={program.max_iterations}: iteration {iters} still "
@@ -713,4 +746,35 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
-    return run(df, cs, program, sources, bar)
+    return run(df, cs, program, sources, bar, _spread(program, cs, sources))
+
+
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> Any:
+    """Time chunks planned on the driver to spread the loop over one task per partition, or
+    ``None`` (one task): only for chunkable loops whose sources Spark estimates at more than
+    ``spark_differential.iterate.localSpreadBytes`` (default 1 MiB; planning costs a job per source)."""
+    from . import chunks as _chunks
+
+    if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
+        return None
+    spark = sources[0].sparkSession
+    try:
+        threshold = int(str(spark.conf.get(SPREAD_CONF, str(DEFAULT_SPREAD_BYTES))))
+    except ValueError:
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"{SPREAD_CONF} must be a number of bytes") from None
+    if _estimated_bytes(sources) <= threshold:
+        return None
+    return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)
+
+
+def _estimated_bytes(sources: Sequence[Any]) -> int:
+    """Spark's size estimate of the sources (no job; unknown sizes count as large)."""
+    total = 0
+    for df in sources:
+        try:
+            total += int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
+        except Exception:  # noqa: BLE001 - no estimate: assume large
+            return 1 << 62
+    return total

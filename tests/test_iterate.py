@@ -483,3 +483,18 @@ def test_bfs_in_time_chunks_on_both_paths(spark, path, caplog, chunk_rows):
     if path == "in_task":
         ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
         assert ran and all("time chunks" in m for m in ran), ran
+
+
+def test_bfs_in_time_chunks_spread_over_tasks(spark, caplog):
+    """Chunks planned on the driver, one task per partition running the loop over its
+    chunks, the answers consolidated across chunks by Spark: against the oracle."""
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set("spark_differential.iterate.chunkRows", "6")
+    spark.conf.set("spark_differential.iterate.localSpreadBytes", "0")
+    try:
+        check_random_bfs(spark, Total(), 23, 8)
+    finally:
+        spark.conf.unset("spark_differential.iterate.chunkRows")
+        spark.conf.unset("spark_differential.iterate.localSpreadBytes")
+    ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
+    assert ran and all("one task per partition" in m for m in ran), ran
