@@ -142,7 +142,8 @@ def bucket_of(khash: Column, nbuckets: int, nparts: int) -> Column:
     it below joins, and a union of filtered and unfiltered inputs partitioned by
     bucket loses that partitioning (one more shuffle per kernel inside ``dd_iterate``).
     """
-    labels = F.array(*[F.lit(v) for v in bucket_labels(nbuckets, nparts)])
+    # one SQL literal, not one F.lit per label (each PySpark call is a py4j round trip)
+    labels = F.expr("array(" + ", ".join(str(v) for v in bucket_labels(nbuckets, nparts)) + ")")
     index = (F.pmod(khash, F.lit(nbuckets)) + 1).cast("int")
     return F.coalesce(F.element_at(labels, index), F.lit(0))
 
