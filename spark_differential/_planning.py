@@ -22,8 +22,13 @@ the tracking costs no round trip).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _LOCK = threading.RLock()
 _DEPTH = 0
@@ -54,3 +59,14 @@ def no_origin_tracking() -> Iterator[None]:
             _DEPTH -= 1
             if _DEPTH == 0:
                 perr._enable_debugging_cache = _SAVED
+
+
+def without_origin_tracking(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run inside :func:`no_origin_tracking` (for public functions that build plans)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with no_origin_tracking():
+            return fn(*args, **kwargs)
+
+    return wrapper

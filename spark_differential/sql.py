@@ -68,6 +68,7 @@ from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.scope import build_scope
 from sqlglot.tokens import TokenType
 
+from ._planning import without_origin_tracking
 from .calculus import dd_asof_join
 from .collection import DIFF, collection, from_upserts
 from .errors import SqlError
@@ -113,6 +114,7 @@ class _SparkAsof(Spark):
 # --------------------------------------------------------------------------- public
 
 
+@without_origin_tracking
 def sql(query: str, /, **views: DataFrame) -> DataFrame:
     """Run a Spark SQL query whose as-of joins are computed differentially.
 
