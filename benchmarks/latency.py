@@ -14,9 +14,11 @@ What is measured
     One run of a case is: build the DataFrame (the ``dd_*`` call, timed and counted
     on its own), then ``.collect()`` it.  For each run: Spark jobs, stages and tasks
     (``spark_differential._jobs.count_jobs``: a job group + the status tracker) and
-    wall-clock seconds.  ``--warmup`` untimed runs, then ``--repeat`` timed runs; the
-    table shows the median seconds and the jobs/tasks of the last timed run (they do
-    not vary between warm runs).  ``ratio`` = our seconds / plain seconds (here below
+    wall-clock seconds.  ``--warmup`` untimed runs, then ``--repeat`` timed runs, ours
+    and the plain equivalent alternating (so a change of load on a shared machine hits
+    both); the table shows the median seconds and the jobs/tasks of the last timed run
+    (they do not vary between warm runs).  Every run builds a fresh plan: collecting
+    the same DataFrame twice would reuse its shuffle files and skip stages.  ``ratio`` = our seconds / plain seconds (here below
     1 is better; the target is <= 1.5 for single operators).
 
     Targets, printed as pass/fail (the script still exits 0 when one fails: it is a
@@ -131,36 +133,39 @@ class Case:
     check: Callable[[list[Any]], str] | None = None  # returns "" when the result is right
 
 
-def measure_side(
-    spark: Any,
-    label: str,
-    build: Callable[[], DataFrame],
-    warmup: int,
-    repeat: int,
-    check: Callable[[list[Any]], str] | None = None,
-) -> tuple[Side, str]:
-    side = Side(label)
-    problem = ""
-    try:
-        for _ in range(warmup):
-            build().collect()
-        for _ in range(repeat):
-            with count_jobs(spark) as c0:
-                t0 = time.perf_counter()
-                df = build()
-                t1 = time.perf_counter()
-            with count_jobs(spark) as c1:
-                rows = df.collect()
-                t2 = time.perf_counter()
-            side.runs.append(
-                Run(t1 - t0, t2 - t1, c0.jobs, c0.jobs + c1.jobs, c0.stages + c1.stages, c0.tasks + c1.tasks)
-            )
-        if check is not None:
-            problem = check(rows)
-    except Exception as e:  # reported, not fatal
-        side.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        log(f"{label}: FAILED: {side.error}")
-    return side, problem
+def one_run(spark: Any, build: Callable[[], DataFrame]) -> tuple[Run, list[Any]]:
+    """Build the DataFrame, then collect it; jobs and seconds of both parts."""
+    with count_jobs(spark) as c0:
+        t0 = time.perf_counter()
+        df = build()
+        t1 = time.perf_counter()
+    with count_jobs(spark) as c1:
+        rows = df.collect()
+        t2 = time.perf_counter()
+    return Run(t1 - t0, t2 - t1, c0.jobs, c0.jobs + c1.jobs, c0.stages + c1.stages, c0.tasks + c1.tasks), rows
+
+
+def measure_pair(spark: Any, c: Case, warmup: int, repeat: int) -> tuple[Side, Side, str]:
+    """``warmup`` + ``repeat`` runs of ours and of the plain equivalent, alternating
+    (ours, plain, ours, plain, ...) so that a change of load on the machine hits both."""
+    ours, plain = Side(c.ours_label), Side(c.plain_label)
+    rows: list[Any] = []
+    for i in range(warmup + repeat):
+        for side, build in ((ours, c.ours), (plain, c.plain)):
+            if side.error:
+                continue
+            try:
+                run, got = one_run(spark, build)
+            except Exception as e:  # reported, not fatal
+                side.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                log(f"{side.label}: FAILED: {side.error}")
+                continue
+            if i >= warmup:
+                side.runs.append(run)
+            if side is ours:
+                rows = got
+    problem = c.check(rows) if c.check is not None and not ours.error else ""
+    return ours, plain, problem
 
 
 def small_inputs(spark: Any) -> dict[str, DataFrame]:
@@ -418,9 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         todo = [c for c in todo if c.name in wanted]
     results: list[dict[str, Any]] = []
     for c in todo:
-        log(f"{c.name}: {warmup} warm-up + {repeat} timed runs each side")
-        ours, problem = measure_side(spark, c.ours_label, c.ours, warmup, repeat, c.check)
-        plain, _ = measure_side(spark, c.plain_label, c.plain, warmup, repeat)
+        log(f"{c.name}: {warmup} warm-up + {repeat} timed runs each side, alternating")
+        ours, plain, problem = measure_pair(spark, c, warmup, repeat)
         ratio = ours.seconds / plain.seconds if ours.seconds and plain.seconds else None
         lo, lp = ours.last, plain.last
         fails = []
