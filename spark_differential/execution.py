@@ -249,7 +249,7 @@ def run(
     prepared = [prepare(i, nb) for i in inputs]
     if len(prepared) == 1:
         return run_per_partition(kernel, params, prepared[0], out_schema)
-    return run_prepared(kernel, params, prepared, out_schema)
+    return run_pair_per_partition(kernel, params, prepared, out_schema)
 
 
 def run_per_partition(
@@ -301,6 +301,45 @@ def run_prepared(
         a, b = prepared
         return a.groupBy(BUCKET).cogroup(b.groupBy(BUCKET)).applyInArrow(_binary(kernel, params, schema), out_schema)
     raise ValueError("kernels take one or two inputs")  # pragma: no cover
+
+
+SIDE = "_sd_side"
+
+
+def run_pair_per_partition(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    prepared: Sequence[DataFrame],
+    out_schema: T.StructType,
+) -> DataFrame:
+    """Run a two-input kernel once per partition: both inputs, tagged with their side,
+    in one DataFrame repartitioned by bucket (as :func:`run_per_partition`), split
+    again into the two tables in the Python worker.
+
+    Replaces ``cogroup(...).applyInArrow``, which calls the kernel once per bucket
+    (each call paying DuckDB's fixed cost) and sorts both sides by bucket."""
+    spark = prepared[0].sparkSession
+    schema = arrow_schema(spark, out_schema)
+    a, b = (p.drop(KEY_HASH) for p in prepared)
+    cols_a = [c for c in a.columns if c != BUCKET]
+    cols_b = [c for c in b.columns if c != BUCKET]
+    both = a.withColumn(SIDE, F.lit(0)).unionByName(b.withColumn(SIDE, F.lit(1)), allowMissingColumns=True)
+    one = both.repartition(BUCKET).drop(BUCKET)
+    return one.mapInArrow(_pair_per_partition(kernel, params, schema, cols_a, cols_b), out_schema)
+
+
+def _pair_per_partition(
+    kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, cols_a: list[str], cols_b: list[str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def fn(table: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        side = table.column(SIDE)
+        left = table.filter(pc.equal(side, 0)).select(cols_a)
+        right = table.filter(pc.equal(side, 1)).select(cols_b)
+        return _call(kernel, params, schema, left, right)
+
+    return over_partition(fn)
 
 
 def finish(out: DataFrame, columns: Sequence[tuple[str, str]], ttype: TimeType) -> DataFrame:

@@ -155,7 +155,7 @@ def test_join_runs_no_more_jobs_than_the_plain_join(small, spark):
     with count_jobs(spark) as plain:
         a.drop("time", "diff").join(b.drop("time", "diff"), on="k").collect()
     assert ours.jobs <= plain.jobs
-    assert ours.jobs == 3  # the two inputs' shuffles, then the cogroup
+    assert ours.jobs == 2  # one shuffle of both inputs (tagged by side), then the kernel per partition
 
 
 def test_methods_restore_pyspark_origin_tracking(small):
