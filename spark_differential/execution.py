@@ -2,12 +2,15 @@
 
 A stateful operator on collections becomes: encode each input's ``time`` into int64
 leaves and rename columns to the kernels' positional names, hash the key columns
-into a fixed number of *buckets*, ``groupBy(bucket).applyInArrow`` (one input) or
-``cogroup(...).applyInArrow`` (two inputs) so that every kernel call sees all
-updates of many keys, then rename back and decode the time.  Inside ``dd_iterate``,
-whose kernel inputs are already partitioned by bucket, a one-input kernel runs once
-per partition (``mapInArrow``) instead: no sort by bucket, no bucket column sent.
-Nothing is collected to the driver and no state lives in the UDF.
+into a fixed number of *buckets*, repartition by bucket (two inputs: both, tagged
+with their side, in one shuffle) and run the kernel once per partition with
+``mapInArrow``, so that every kernel call sees all updates of many keys (whole
+buckets), then rename back and decode the time.  Adaptive execution may coalesce
+that shuffle: on a tiny input one task and one kernel call do all the work (a call
+per bucket paid DuckDB's fixed cost once per bucket).  Inside ``dd_iterate`` the
+loop's own code calls :func:`run_prepared` (per bucket, or per partition of inputs
+already partitioned by bucket).  Nothing is collected to the driver and no state
+lives in the UDF.
 """
 
 from __future__ import annotations
