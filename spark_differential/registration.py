@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ._planning import no_origin_tracking
 from .errors import SparkDifferentialError
 
 _MARK = "__spark_differential__"
@@ -45,7 +46,10 @@ def _dataframe_classes() -> list[type]:
 
 def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return fn(self, *args, **kwargs)
+        # the plan is built without PySpark's per-call origin tracking (about ten py4j
+        # round trips per Column function; see spark_differential._planning)
+        with no_origin_tracking():
+            return fn(self, *args, **kwargs)
 
     method.__name__ = fn.__name__
     method.__qualname__ = f"DataFrame.{fn.__name__}"

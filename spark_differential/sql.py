@@ -64,6 +64,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._lazy import lazy
+from ._planning import without_origin_tracking
 from .calculus import dd_asof_join
 from .collection import DIFF, collection, from_upserts
 from .errors import SqlError
@@ -131,6 +132,7 @@ def _dialect() -> Any:
 # --------------------------------------------------------------------------- public
 
 
+@without_origin_tracking
 def sql(query: str, /, **views: DataFrame) -> DataFrame:
     """Run a Spark SQL query whose as-of joins are computed differentially.
 

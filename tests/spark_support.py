@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -13,25 +12,24 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-_GROUPS = itertools.count()
+from spark_differential._jobs import JobCount, count_jobs
 
 
 @contextmanager
 def no_spark_job(spark: Any) -> Iterator[None]:
     """Assert that no Spark job is started inside the block.
 
-    The block runs under a fresh job group; afterwards that group must have no jobs.
+    The block runs under a fresh job group (:func:`spark_differential._jobs.count_jobs`);
+    afterwards that group must have no jobs.
     """
-    sc = spark.sparkContext
-    group = f"sd-no-job-{next(_GROUPS)}"
-    sc.setJobGroup(group, "must not run a job")
+    counted: JobCount | None = None
     try:
-        yield
+        with count_jobs(spark, "must not run a job") as counted:
+            yield
     finally:
-        jobs = list(sc.statusTracker().getJobIdsForGroup(group))
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
-        assert not jobs, f"Spark jobs {jobs} ran although the error should come before any job"
+        assert counted is not None and not counted.job_ids, (
+            f"Spark jobs {counted.job_ids if counted else '?'} ran although the error should come before any job"
+        )
 
 
 def collect_many(dfs: Sequence[DataFrame]) -> list[list[tuple[tuple, Any, int]]]:

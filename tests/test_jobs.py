@@ -1,0 +1,173 @@
+"""Spark jobs per operator (issue 20): counted with spark_differential._jobs.count_jobs.
+
+Counts, not timings: how many Spark jobs a ``dd_*`` call runs before the user's
+action (none, except ``dd_iterate``, which is eager and says so) and how many the
+action runs, next to the plain Spark DataFrame equivalent on the same rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+import spark_differential as sd
+from spark_differential._jobs import JobCountError, count_jobs
+from spark_differential.errors import SparkDifferentialError
+
+
+@pytest.fixture(scope="module")
+def small(spark):
+    a = spark.createDataFrame(
+        [("a", 1, 0, 1), ("a", 2, 1, 1), ("b", 1, 0, 1), ("b", 1, 2, -1)],
+        "k string, v long, time long, diff long",
+    )
+    b = spark.createDataFrame(
+        [("a", 10, 0, 1), ("b", 20, 1, 1), ("c", 30, 0, 1)], "k string, w long, time long, diff long"
+    )
+    history = spark.createDataFrame([("a", 10, 0), ("b", 20, 1), ("a", 11, 3)], "k string, w long, ts long")
+    orders = spark.createDataFrame([("a", "o1", 1), ("a", "o2", 4), ("b", "o3", 2)], "k string, oid string, ts long")
+    return {"a": a, "b": b, "history": history, "orders": orders}
+
+
+def test_count_jobs_counts_what_ran(spark):
+    df = spark.range(0, 10, numPartitions=3)
+    with count_jobs(spark) as nothing:
+        pass
+    assert (nothing.jobs, nothing.stages, nothing.tasks) == (0, 0, 0)
+    with count_jobs(spark) as one:
+        assert len(df.collect()) == 10
+    assert (one.jobs, one.stages, one.tasks) == (1, 1, 3)
+    assert one.seconds > 0 and len(one.job_ids) == 1
+
+
+def test_count_jobs_restores_the_job_group(spark):
+    sc = spark.sparkContext
+    sc.setJobGroup("outer-group", "the caller's group")
+    try:
+        with count_jobs(spark) as c:
+            assert sc.getLocalProperty("spark.jobGroup.id") == c.group
+            spark.range(3).collect()
+        assert sc.getLocalProperty("spark.jobGroup.id") == "outer-group"
+        assert c.jobs == 1
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+        sc.setLocalProperty("spark.job.interruptOnCancel", None)
+
+
+def test_count_jobs_counts_jobs_of_a_block_that_raises(spark):
+    with pytest.raises(ZeroDivisionError):
+        with count_jobs(spark) as c:
+            spark.range(4, numPartitions=2).collect()
+            1 / 0  # noqa: B018
+    assert (c.jobs, c.tasks) == (1, 2)
+
+
+def test_count_jobs_needs_a_classic_session():
+    class NoContext:
+        @property
+        def sparkContext(self):
+            raise AttributeError("sparkContext is not supported in Spark Connect")
+
+    with pytest.raises(JobCountError, match="Spark Connect") as e:
+        with count_jobs(NoContext()):
+            pass
+    assert isinstance(e.value, SparkDifferentialError)
+
+
+def test_count_jobs_with_library_defaults_ui_disabled(spark):
+    # sd.session() turns the web UI off; the status tracker must still see jobs
+    assert spark.conf.get("spark.ui.enabled") == "false"
+    with count_jobs(spark) as c:
+        spark.range(5, numPartitions=1).collect()
+    assert (c.jobs, c.tasks) == (1, 1)
+
+
+def test_dd_count_runs_no_job_until_collect_and_no_more_than_plain(small, spark):
+    a = small["a"]
+    with count_jobs(spark) as call:
+        out = a.dd_count("k")
+    with count_jobs(spark) as action:
+        rows = out.collect()
+    with count_jobs(spark) as plain:
+        a.drop("time", "diff").groupBy("k").count().collect()
+    assert call.jobs == 0
+    # adaptive execution runs one job per query stage: the input's shuffle, then the
+    # result - as for the plain groupBy().count()
+    assert action.jobs == plain.jobs == 2
+    assert action.tasks <= plain.tasks
+    got = sorted((r["k"], r["count"], r["time"], r["diff"]) for r in rows)
+    assert got == [("a", 1, 0, 1), ("a", 1, 1, -1), ("a", 2, 1, 1), ("b", 1, 0, 1), ("b", 1, 2, -1)]
+
+
+def _lazy_calls(small, spark):
+    a, b, history, orders = small["a"], small["b"], small["history"], small["orders"]
+    prices = sd.from_upserts(history, key="k", time="ts")
+    ords = sd.collection(orders, time="ts", check_nulls=False)
+    keys_b = b.select("k", "time", "diff")
+    return {
+        "dd_consolidate": lambda: a.dd_consolidate(),
+        "dd_consolidate(frontier)": lambda: a.dd_consolidate(frontier=[1]),
+        "dd_consolidate(kernel)": lambda: a.dd_consolidate(method="kernel"),
+        "dd_as_of": lambda: a.dd_as_of(1),
+        "dd_negate": lambda: a.dd_negate(),
+        "dd_concat": lambda: a.dd_concat(a),
+        "dd_join": lambda: a.dd_join(b, on="k"),
+        "dd_semijoin": lambda: a.dd_semijoin(keys_b, on="k"),
+        "dd_antijoin": lambda: a.dd_antijoin(keys_b, on="k"),
+        "dd_reduce": lambda: a.dd_reduce("k", lambda g: g.nlargest(1, "v")[["v"]].assign(diff=1), "v long"),
+        "dd_sum": lambda: a.dd_sum("k", "v"),
+        "dd_min": lambda: a.dd_min("k", "v"),
+        "dd_max": lambda: a.dd_max("k", "v"),
+        "dd_distinct": lambda: a.dd_distinct(),
+        "dd_threshold": lambda: a.dd_threshold(lambda m: min(m, 1)),
+        "differentiate": lambda: a.differentiate(),
+        "integrate": lambda: a.differentiate().integrate(),
+        "dd_asof_join": lambda: ords.dd_asof_join(prices, on="k"),
+        "dd_asof_join(kernel)": lambda: ords.dd_asof_join(prices, on="k", method="kernel"),
+        "sd.sql ASOF JOIN": lambda: sd.sql(
+            "SELECT o.oid, p.w FROM orders o ASOF JOIN prices p MATCH_CONDITION (o.ts >= p.ts) ON o.k = p.k",
+            orders=orders,
+            prices=history,
+        ),
+        "sd.collection(check_nulls=False)": lambda: sd.collection(orders, time="ts", check_nulls=False),
+        "sd.from_upserts": lambda: sd.from_upserts(history, key="k", time="ts"),
+        "select on a collection": lambda: a.dd_count("k").where(F.col("count") > 1),
+    }
+
+
+def test_no_operator_runs_a_job_before_the_action(small, spark):
+    ran = {}
+    for name, call in _lazy_calls(small, spark).items():
+        with count_jobs(spark) as c:
+            out = call()
+        ran[name] = c.jobs
+        with count_jobs(spark) as action:
+            out.collect()
+        assert action.jobs >= 1, name  # the work happens at the action
+    assert ran == {name: 0 for name in ran}
+
+
+def test_join_runs_no_more_jobs_than_the_plain_join(small, spark):
+    a, b = small["a"], small["b"]
+    with count_jobs(spark) as ours:
+        a.dd_join(b, on="k").collect()
+    with count_jobs(spark) as plain:
+        a.drop("time", "diff").join(b.drop("time", "diff"), on="k").collect()
+    assert ours.jobs <= plain.jobs
+    assert ours.jobs == 2  # one shuffle of both inputs (tagged by side), then the kernel per partition
+
+
+def test_methods_restore_pyspark_origin_tracking(small):
+    from pyspark.errors import utils as perr
+
+    before = perr._enable_debugging_cache
+    small["a"].dd_count("k")
+    assert perr._enable_debugging_cache == before
+    perr._enable_debugging_cache = True
+    try:
+        with pytest.raises(SparkDifferentialError):
+            small["a"].dd_count("nope")
+        assert perr._enable_debugging_cache is True  # restored after an error too
+    finally:
+        perr._enable_debugging_cache = before
