@@ -297,9 +297,9 @@ def warm_spark(spark: Any) -> None:
     Keeps the JVM's and the Python workers' start-up out of the first timed run when a
     benchmark does no warm-up run of its own.
     """
-    import spark_differential  # noqa: F401  (registers the dd_* methods)
-
     from pyspark.sql import functions as F
+
+    import spark_differential  # noqa: F401  (registers the dd_* methods)
 
     log("warming up Spark (a tiny consolidate, join, count, min and 3-node BFS; not timed)")
     df = spark.range(0, 2000).selectExpr("id % 50 AS key", "id % 7 AS val", "id % 5 AS time", "1L AS diff")

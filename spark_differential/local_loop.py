@@ -55,8 +55,7 @@ CHANGING = "_sd_changing"
 HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separated
 CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
 PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
-SPREAD_CONF = "spark_differential.iterate.localSpreadBytes"
-DEFAULT_SPREAD_BYTES = 1 << 20
+SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
 
@@ -702,7 +701,8 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     metrics = obs.get
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
-        log.info("dd_iterate: running distributed, not inside one task: more than %d input rows (%s)",
+        log.info("dd_iterate: %s more than %d input rows (%s)",
+                 "a task of time chunks would hold" if spread is not None else "one task would hold",
                  program.limit, CONF)
         return None
     elapsed = _time.time() - started
@@ -746,35 +746,35 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
-    return run(df, cs, program, sources, bar, _spread(program, cs, sources))
+    always = _spread_setting(df.sparkSession)
+    if not always:
+        result = run(df, cs, program, sources, bar)
+        if result is not None:
+            return result
+    spread = _spread(program, cs, sources)
+    result = None if spread is None else run(df, cs, program, sources, bar, spread)
+    if result is None:
+        log.info("dd_iterate: running distributed, not inside one task: too many rows for %s",
+                 "one task per time chunk" if spread is not None else "one task (and the loop is not chunkable)")
+    return result
+
+
+def _spread_setting(spark: Any) -> bool:
+    """``spark_differential.iterate.localSpread``: ``auto`` (spread a loop over tasks only when
+    one task would hold too many rows) or ``always`` (skip the single task: tests, A/B runs)."""
+    from .errors import ConfigurationError
+
+    raw = str(spark.conf.get(SPREAD_CONF, "auto")).strip().lower()
+    if raw not in ("auto", "always"):
+        raise ConfigurationError(f"{SPREAD_CONF} must be 'auto' or 'always'; got {raw!r}")
+    return raw == "always"
 
 
 def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> Any:
-    """Time chunks planned on the driver to spread the loop over one task per partition, or
-    ``None`` (one task): only for chunkable loops whose sources Spark estimates at more than
-    ``spark_differential.iterate.localSpreadBytes`` (default 1 MiB; planning costs a job per source)."""
+    """Time chunks planned on the driver (one aggregate job per source) to spread a loop too
+    large for one task over one task per partition, or ``None`` (not chunkable)."""
     from . import chunks as _chunks
 
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None
-    spark = sources[0].sparkSession
-    try:
-        threshold = int(str(spark.conf.get(SPREAD_CONF, str(DEFAULT_SPREAD_BYTES))))
-    except ValueError:
-        from .errors import ConfigurationError
-
-        raise ConfigurationError(f"{SPREAD_CONF} must be a number of bytes") from None
-    if _estimated_bytes(sources) <= threshold:
-        return None
     return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)
-
-
-def _estimated_bytes(sources: Sequence[Any]) -> int:
-    """Spark's size estimate of the sources (no job; unknown sizes count as large)."""
-    total = 0
-    for df in sources:
-        try:
-            total += int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes().toString()))
-        except Exception:  # noqa: BLE001 - no estimate: assume large
-            return 1 << 62
-    return total

@@ -490,11 +490,24 @@ def test_bfs_in_time_chunks_spread_over_tasks(spark, caplog):
     chunks, the answers consolidated across chunks by Spark: against the oracle."""
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     spark.conf.set("spark_differential.iterate.chunkRows", "6")
-    spark.conf.set("spark_differential.iterate.localSpreadBytes", "0")
+    spark.conf.set("spark_differential.iterate.localSpread", "always")
     try:
         check_random_bfs(spark, Total(), 23, 8)
     finally:
         spark.conf.unset("spark_differential.iterate.chunkRows")
-        spark.conf.unset("spark_differential.iterate.localSpreadBytes")
+        spark.conf.unset("spark_differential.iterate.localSpread")
     ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
     assert ran and all("one task per partition" in m for m in ran), ran
+
+
+def test_loop_too_large_for_one_task_moves_on(spark, caplog):
+    """A task that would hold more than localRows rows stops reading; the loop then runs
+    spread over tasks by time chunks, or distributed, with the same answer."""
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, "20")
+    try:
+        check_random_bfs(spark, Total(), 29, 8)
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("one task would hold more than 20 input rows" in m for m in messages), messages
