@@ -668,7 +668,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
         union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
     else:
-        union = union.coalesce(1)
+        union = union.repartition(1)
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
