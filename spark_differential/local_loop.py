@@ -21,11 +21,19 @@ data); here the whole loop is one task of one job:
   operator's trace in memory.  Iteration ``i`` gives each stateful step its new
   updates and the trace rows of the keys they touch (``_new`` flags), exactly as the
   distributed path does, and outer collections enter at iteration 0 only.
+* Over a totally ordered time the task cuts the loop into **time chunks** itself
+  (the rule of :mod:`spark_differential.chunks`, planned from the rows at hand):
+  chunked forms built in DuckDB, the chunk one more key of every operator, the
+  answers un-chunked at the end.
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (default :data:`DEFAULT_ROWS`; ``0`` disables the path) stops reading and
   says so; the loop then runs distributed.  The task's last row reports how it
   ended (done, too large, or out of iterations) through an observed metric of the
   same job.
+* ``spark_differential.iterate.localSpread=always`` instead plans the chunks on the
+  driver and runs one task per partition over its chunks, the answers consolidated
+  across chunks by Spark (measured slower than both other paths on the BFS benchmark,
+  so never chosen by itself).
 """
 
 from __future__ import annotations
@@ -746,27 +754,34 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
-    always = _spread_setting(df.sparkSession)
-    if not always:
+    if not _spread_setting(df.sparkSession):
+        estimate = _estimated_rows(sources)
+        if estimate > limit:
+            log.info("dd_iterate: running distributed, not inside one task: Spark estimates %d input rows (%s=%d)",
+                     estimate, CONF, limit)
+            return None
         result = run(df, cs, program, sources, bar)
-        if result is not None:
-            return result
+        if result is None:
+            log.info("dd_iterate: running distributed, not inside one task: too many rows for one task")
+        return result
     spread = _spread(program, cs, sources)
     result = None if spread is None else run(df, cs, program, sources, bar, spread)
     if result is None:
-        log.info("dd_iterate: running distributed, not inside one task: too many rows for %s",
-                 "one task per time chunk" if spread is not None else "one task (and the loop is not chunkable)")
+        log.info("dd_iterate: running distributed, not inside tasks: %s",
+                 "too many rows for one task per time chunk" if spread is not None else "the loop is not chunkable")
     return result
 
 
 def _spread_setting(spark: Any) -> bool:
-    """``spark_differential.iterate.localSpread``: ``auto`` (spread a loop over tasks only when
-    one task would hold too many rows) or ``always`` (skip the single task: tests, A/B runs)."""
+    """``spark_differential.iterate.localSpread``: ``off`` (the default: one task) or ``always``
+    (time chunks planned on the driver, one task per partition).  Measured slower than one
+    task at 10^5 BFS changes and than the distributed loop at 10^6 (docs/performance.md), so
+    it is not chosen automatically."""
     from .errors import ConfigurationError
 
-    raw = str(spark.conf.get(SPREAD_CONF, "auto")).strip().lower()
-    if raw not in ("auto", "always"):
-        raise ConfigurationError(f"{SPREAD_CONF} must be 'auto' or 'always'; got {raw!r}")
+    raw = str(spark.conf.get(SPREAD_CONF, "off")).strip().lower()
+    if raw not in ("off", "always"):
+        raise ConfigurationError(f"{SPREAD_CONF} must be 'off' or 'always'; got {raw!r}")
     return raw == "always"
 
 
@@ -778,3 +793,23 @@ def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> A
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None
     return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)
+
+
+def _estimated_rows(sources: Sequence[Any]) -> int:
+    """A lower estimate of the sources' rows from Spark's plan statistics (no job): the row
+    count where Spark knows it (checkpoints, cached and local data), else the size over a
+    generous row width; 0 where nothing is known (the task's own count then decides)."""
+    total = 0
+    for df in sources:
+        try:
+            stats = df._jdf.queryExecution().optimizedPlan().stats()
+            rows = stats.rowCount()
+            if rows.isDefined():
+                total += int(str(rows.get()))
+                continue
+            size = int(str(stats.sizeInBytes()))
+        except Exception:  # noqa: BLE001 - a session without plan statistics: no estimate
+            continue
+        if size < (1 << 62):  # Spark's "unknown" is Long.MaxValue
+            total += size // (16 * (len(df.columns) + 1))
+    return total
