@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 import spark_differential as sd
 from spark_differential._jobs import JobCountError, count_jobs
+from spark_differential.algorithms import bfs
 from spark_differential.errors import SparkDifferentialError
 
 
@@ -171,3 +172,21 @@ def test_methods_restore_pyspark_origin_tracking(small):
         assert perr._enable_debugging_cache is True  # restored after an error too
     finally:
         perr._enable_debugging_cache = before
+
+
+def test_seed_001_worked_example_in_at_most_three_jobs(spark):
+    """Seed 001's worked BFS example, call and collect: the loop runs inside one task
+    (one job during the call, eager), then the user's collect."""
+    from test_iterate import SEED_001_DISTS, SEED_001_EDGES
+
+    edges = spark.createDataFrame(
+        [(s, d, t, r) for (s, d), t, r in SEED_001_EDGES], "src long, dst long, time long, diff long"
+    )
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+    with count_jobs(spark) as call:
+        result = bfs(edges, roots)
+    with count_jobs(spark) as action:
+        rows = result.collect()
+    got = sorted(((r["node"], r["dist"]), r["time"], r["diff"]) for r in rows)
+    assert got == sorted(SEED_001_DISTS)
+    assert call.jobs == 1 and action.jobs == 1, (call, action)
