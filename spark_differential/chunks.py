@@ -130,6 +130,21 @@ def rows_setting(spark: object) -> int | None:
     return max(0, value)
 
 
+def layout(n: int, live: int, lo: int | None, hi: int | None, setting: int | None) -> tuple[int, int, int] | None:
+    """``(start, width, count)`` of the chunks for ``n`` updates (``live`` rows live at the end)
+    over encoded times ``lo..hi``, ``setting`` updates per chunk (``None``: the live size,
+    at least ``AUTO_MIN_ROWS``); ``None`` when fewer than two chunks would do."""
+    if lo is None or hi is None or hi - lo >= _MAX_SPAN:
+        return None
+    per_chunk = setting if setting is not None else max(live, AUTO_MIN_ROWS)
+    wanted = n // max(1, per_chunk)
+    if wanted < 2:
+        return None
+    width = max(1, -(-(hi - lo + 1) // wanted))
+    count = (hi - lo) // width + 1
+    return (lo, width, count) if count >= 2 else None
+
+
 def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> Chunks | None:
     """Chunks for a loop whose entering collections are ``inputs`` (or ``None``: do not slice).
 
@@ -157,16 +172,10 @@ def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> C
         live += int(r["live"])
         lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
         hi = int(r["hi"]) if hi is None else max(hi, int(r["hi"]))
-    if lo is None or hi is None or hi - lo >= _MAX_SPAN:
+    shape = layout(n, live, lo, hi, setting)
+    if shape is None:
         return None
-    per_chunk = setting if setting is not None else max(live, AUTO_MIN_ROWS)
-    wanted = n // max(1, per_chunk)
-    if wanted < 2:
-        return None
-    width = max(1, -(-(hi - lo + 1) // wanted))
-    count = (hi - lo) // width + 1
-    if count < 2:
-        return None
+    _, width, count = shape
     log.info(
         "dd_iterate: %d updates (%d live) over %d time chunks of width %d: chunks run independently",
         n, live, count, width,

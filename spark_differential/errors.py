@@ -79,6 +79,17 @@ class IterationLimitExceeded(IterationError):
         self.iterations = iterations
         self.changing = changing
 
+    @classmethod
+    def of(cls, max_iterations: int | None, iterations: int, changing: int) -> IterationLimitExceeded:
+        """The error of a loop stopped by ``max_iterations`` with ``changing`` changes still happening."""
+        return cls(
+            f"dd_iterate: no fixed point within max_iterations={max_iterations}: iteration {iterations} still "
+            f"produced {changing} changes. Raise max_iterations, or check that the body converges "
+            "(e.g. distances that grow forever around a cycle).",
+            iterations=iterations,
+            changing=changing,
+        )
+
 
 class ConfigurationError(SparkDifferentialError, ValueError):
     """A ``spark_differential.*`` Spark configuration value that cannot be used."""

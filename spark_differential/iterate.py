@@ -969,13 +969,7 @@ def _run_loop(
             ctx.weight = changes
             i += 1
             if max_iterations is not None and i >= max_iterations:
-                raise IterationLimitExceeded(
-                    f"dd_iterate: no fixed point within max_iterations={max_iterations}: iteration {i} still "
-                    f"produced {changes} changes. Raise max_iterations, or check that the body converges "
-                    "(e.g. distances that grow forever around a cycle).",
-                    iterations=i,
-                    changing=changes,
-                )
+                raise IterationLimitExceeded.of(max_iterations, i, changes)
             parts.append(_strip(nxt, cs))
             kept.append(nxt)
             v = nxt

@@ -422,7 +422,7 @@ def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.
 
 def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
     """Time chunks for the loop (as :func:`spark_differential.chunks.plan`, from the rows at hand)."""
-    from .chunks import _MAX_SPAN, AUTO_MIN_ROWS
+    from .chunks import layout
     from .kernels import duck
 
     if program.chunk_rows == 0 or program.width != 1:
@@ -445,15 +445,8 @@ def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | No
         live += int(r["live"])
         lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
         hi = int(r["hi"]) if hi is None else max(hi, int(r["hi"]))
-    if lo is None or hi is None or hi - lo >= _MAX_SPAN:
-        return None
-    per_chunk = program.chunk_rows if program.chunk_rows is not None else max(live, AUTO_MIN_ROWS)
-    wanted = n // max(1, per_chunk)
-    if wanted < 2:
-        return None
-    width = max(1, -(-(hi - lo + 1) // wanted))
-    count = (hi - lo) // width + 1
-    return Chunking(lo, width, count) if count >= 2 else None
+    shape = layout(n, live, lo, hi, program.chunk_rows)
+    return None if shape is None else Chunking(*shape)
 
 
 def _chunked(table: pa.Table, cols: Sequence[str], ch: Chunking) -> pa.Table:
@@ -730,13 +723,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         log.info("dd_iterate: %d iterations inside one task%s (%.1fs)", iters,
                  f", in {nchunks} time chunks" if nchunks else "", elapsed)
     if status == LIMIT:
-        raise IterationLimitExceeded(
-            f"dd_iterate: no fixed point within max_iterations={program.max_iterations}: iteration {iters} still "
-            f"produced {changing} changes. Raise max_iterations, or check that the body converges "
-            "(e.g. distances that grow forever around a cycle).",
-            iterations=iters,
-            changing=changing,
-        )
+        raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
     return kept.where(F.col(STATUS).isNull()).select(*data, time_col.alias(TIME), F.col(DIFF))
 
