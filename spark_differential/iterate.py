@@ -70,7 +70,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import chunks as _chunks
-from . import local_loop as _local_loop
 from ._lazy import lazy
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
@@ -97,7 +96,6 @@ from .kernels.packed import run as run_packed
 from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
-from .translate import Untranslatable
 
 pa = lazy("pyarrow")
 
@@ -927,6 +925,8 @@ def _run_loop(
     started = _time.time()
     try:
         if captured is None:
+            from . import local_loop as _local_loop  # on first use: keeps `import spark_differential` light
+
             local = _local_loop.attempt(
                 df, cs, body, loop_t, ctx, lambda out: _check_body_output(out, cs, loop_t), max_iterations, bar
             )
@@ -1071,6 +1071,8 @@ def dd_iterate(
     # a loop inside another loop's body: recompute from the accumulated input each outer iteration
     ctx = _current(cs.ttype.loop_id, op)
     if ctx.recording is not None:
+        from .translate import Untranslatable
+
         raise Untranslatable("the body nests a dd_iterate")
     if ctx.discovering:
         raise _NotChunkable("the body nests a dd_iterate")
