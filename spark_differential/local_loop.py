@@ -48,7 +48,7 @@ from typing import Any
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema
 from .lattice import Total
-from .translate import Relation, Translator, Untranslatable, leaves, placeholder
+from .translate import NoArrow, Relation, Translator, Untranslatable, evaluate, leaves, placeholder
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -62,6 +62,7 @@ ITERS = "_sd_iters"
 CHANGING = "_sd_changing"
 HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separated
 CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
+PHASES = "_sd_phases"  # the status row's seconds reading its input and iterating, comma-separated
 PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
 SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
@@ -290,13 +291,11 @@ class Recorder:
 
 
 def _consolidate(table: pa.Table, cols: Sequence[str], diff: str = DIFF) -> pa.Table:
-    from .kernels import duck
+    from .kernels import native
 
     if table.num_rows == 0:
         return table
-    sql = (f"SELECT {duck.cols(cols)}, sum({duck.quote(diff)})::BIGINT AS {duck.quote(diff)} FROM $X "
-           f"GROUP BY ALL HAVING sum({duck.quote(diff)}) <> 0")
-    return duck.query(sql, {"X": table})
+    return native.consolidated(table, cols, diff)
 
 
 def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
@@ -307,6 +306,11 @@ def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
         table = tables[source]
         return pa.Table.from_arrays([table.column(c) for c in picked], names=list(rel.columns))
 
+    if rel.arrow is not None:
+        try:
+            return evaluate(rel.arrow, tables)
+        except NoArrow:
+            pass
     used = {n: t for n, t in tables.items() if f"${n}" in rel.sql}
     return duck.query(rel.sql, used)
 
@@ -333,17 +337,14 @@ def _kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.
 
 def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str]) -> pa.Table:
     """Rows of ``trace`` whose key some row of ``new`` has."""
-    from .kernels import duck
-    from .kernels.common import key_eq
+    from .kernels import native
 
     if trace.num_rows == 0 or not key_cols:
         return trace
     present = [t.select(list(key_cols)) for t in new if t.num_rows]
     if not present:
         return trace.slice(0, 0)
-    keys_ = pa.concat_tables(present)
-    sql = (f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT * FROM $K) AS n ON {key_eq(key_cols, 'x', 'n')}")
-    return duck.query(sql, {"X": trace, "K": keys_})
+    return native.touching(trace, pa.concat_tables(present), key_cols)
 
 
 @dataclass
@@ -567,6 +568,7 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
 
         seen: list[pa.RecordBatch] = []
         rows = 0
+        started = _time.perf_counter()
         for b in batches:
             rows += b.num_rows
             if rows > program.limit:
@@ -579,13 +581,15 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
             return
         tags = table.column(SRC)
         sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
+        read = _time.perf_counter()
         result, history, nchunks = iterate(program, sources)
+        phases = f"{read - started:.3f},{_time.perf_counter() - read:.3f}"
         if history[-1]:
-            yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks)
+            yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks, phases)
             return
         for b in _with_status(result, out_schema).to_batches():
             yield b
-        yield _status(out_schema, DONE, len(history), 0, history, nchunks)
+        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases)
 
     return run
 
@@ -603,8 +607,9 @@ def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = (),
-            chunks: int = 0) -> pa.RecordBatch:
-    values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history)), CHUNKS: chunks}
+            chunks: int = 0, phases: str = "") -> pa.RecordBatch:
+    values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history)), CHUNKS: chunks,
+              PHASES: phases}
     arrays = [pa.array([values.get(f.name)], f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -679,13 +684,14 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         T.StructField(CHANGING, T.LongType(), True),
         T.StructField(HISTORY, T.StringType(), True),
         T.StructField(CHUNKS, T.LongType(), True),
+        T.StructField(PHASES, T.StringType(), True),
     ]
     schema = T.StructType(fields)
     out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     obs = Observation()
     observed = out.observe(obs, F.max(STATUS).alias("status"), F.max(ITERS).alias("iters"),
                            F.max(CHANGING).alias("changing"), F.max(HISTORY).alias("history"),
-                           F.max(CHUNKS).alias("chunks"))
+                           F.max(CHUNKS).alias("chunks"), F.max(PHASES).alias("phases"))
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -720,8 +726,10 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         log.info("dd_iterate: %d iterations inside one task per partition, in %d time chunks (%.1fs)", iters,
                  spread.count, elapsed)
     else:
-        log.info("dd_iterate: %d iterations inside one task%s (%.1fs)", iters,
-                 f", in {nchunks} time chunks" if nchunks else "", elapsed)
+        reading, looping = (str(metrics.get("phases") or "0,0").split(",") + ["0"])[:2]
+        log.info("dd_iterate: %d iterations inside one task%s (%.1fs; in the task %.2fs reading its input, %.2fs "
+                 "iterating)", iters, f", in {nchunks} time chunks" if nchunks else "", elapsed, float(reading),
+                 float(looping))
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])

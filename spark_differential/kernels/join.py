@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .._lazy import lazy
 from ..lattice import TimeType
-from . import duck
+from . import duck, native
 from .common import NEW, csv, key_eq, keys, names, times
 from .stab import stab
 
@@ -46,8 +46,7 @@ def consolidated(parts: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
     parts = [t.select([*cols, "_d"]) for t in parts if t.num_rows]
     if not parts:
         return pa.schema([pa.field(c, pa.null()) for c in cols] + [pa.field("_d", pa.int64())]).empty_table()
-    table = pa.concat_tables(parts, promote_options="permissive")
-    return duck.query(f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM $X GROUP BY ALL HAVING sum(_d) <> 0", {"X": table})
+    return native.consolidated(pa.concat_tables(parts, promote_options="permissive"), cols)
 
 
 def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:

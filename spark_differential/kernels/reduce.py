@@ -23,8 +23,8 @@ from typing import Any
 from .._lazy import lazy
 from ..errors import OutputSchemaError, UserFunctionError
 from ..lattice import TimeType
-from . import duck, generic
-from .common import NEW, csv, key_eq, keys, names, nexts, times, window
+from . import duck, generic, native
+from .common import NEW, csv, keys, names, nexts, times, window
 from .stab import stab
 
 np = lazy("numpy")
@@ -65,13 +65,7 @@ def _split_new(X: pa.Table, nkeys: int) -> tuple[pa.Table, pa.Table | None]:
     new = X.column(NEW)
     if len(new) == 0 or pc.all(new).as_py():
         return X, None
-    k = keys(nkeys)
-    sql = (
-        f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {csv(k)} FROM $X WHERE {NEW}) AS n ON {key_eq(k, 'x', 'n')}"
-        if k
-        else f"SELECT * FROM $X WHERE (SELECT bool_or({NEW}) FROM $X)"
-    )
-    touched = duck.query(sql, {"X": X})
+    touched = native.touching(X, X.filter(new), keys(nkeys))
     old = touched.filter(pc.invert(touched.column(NEW)))
     return touched, old
 
@@ -79,11 +73,10 @@ def _split_new(X: pa.Table, nkeys: int) -> tuple[pa.Table, pa.Table | None]:
 def _subtract(all_: pa.Table, old: pa.Table | None, cols: Sequence[str]) -> pa.Table:
     if old is None or old.num_rows == 0:
         return all_
-    sql = (
-        f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM (SELECT {csv(cols)}, _d FROM $A UNION ALL "
-        f"SELECT {csv(cols)}, -_d FROM $O) AS _u GROUP BY ALL HAVING sum(_d) <> 0"
-    )
-    return duck.query(sql, {"A": all_, "O": old})
+    cols = list(cols)
+    minus = old.select([*cols, "_d"])
+    minus = minus.set_column(len(cols), "_d", pc.negate_checked(minus.column("_d")))
+    return native.consolidated(pa.concat_tables([all_.select([*cols, "_d"]), minus], promote_options="permissive"), cols)
 
 
 def _with_next(table: str, nkeys: int, width: int) -> str:
@@ -437,9 +430,5 @@ def _split_threshold(X: pa.Table, a: list[str]) -> tuple[pa.Table, pa.Table | No
     new = X.column(NEW)
     if pc.all(new).as_py():
         return X, None
-    if a:
-        sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {csv(a)} FROM $X WHERE {NEW}) AS n ON {key_eq(a, 'x', 'n')}"
-    else:
-        sql = f"SELECT * FROM $X WHERE (SELECT bool_or({NEW}) FROM $X)"
-    touched = duck.query(sql, {"X": X})
+    touched = native.touching(X, X.filter(new), a)
     return touched, touched.filter(pc.invert(touched.column(NEW)))

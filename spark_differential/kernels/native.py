@@ -1,0 +1,132 @@
+"""Consolidation and key semi-joins on Arrow tables, without a DuckDB query where Arrow can.
+
+On ``(data, time, diff)``: :func:`consolidated` sums the ``diff`` of rows that agree
+on every other column and drops the zero sums (the consolidated form of a
+collection); :func:`touching` keeps the rows whose key some other table has (the
+trace rows an iteration's new updates touch).  Both are the kernels' most frequent
+small steps: inside a loop run in one task they happen several times per
+iteration, where a DuckDB query's fixed cost (registering its inputs, planning)
+is a few milliseconds and Arrow's hash grouping and ``is_in`` take a fraction of
+that.
+
+Arrow is used only where it gives exactly what the SQL gives: grouping columns of
+integer, boolean, string, binary, date and timestamp types (floating point keys
+group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
+(checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
+columns without nulls for the semi-join (SQL's ``IS NOT DISTINCT FROM`` matches a
+null key to a null key, Arrow's join does not).  Anything else goes to DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._lazy import lazy
+from . import duck
+
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+
+_SAFE_SUM = 1 << 62
+
+
+def _groupable(t: pa.DataType) -> bool:
+    types = pa.types
+    return bool(
+        types.is_integer(t) or types.is_boolean(t) or types.is_string(t) or types.is_large_string(t)
+        or types.is_binary(t) or types.is_large_binary(t) or types.is_date(t) or types.is_timestamp(t)
+    )
+
+
+def _arrow_can_sum(table: pa.Table, diff: str) -> bool:
+    d = table.column(diff)
+    if not pa.types.is_integer(d.type) or d.null_count:
+        return False
+    try:
+        largest = pc.max(pc.abs_checked(d)).as_py() or 0
+    except pa.ArrowInvalid:  # |INT64_MIN| overflows
+        return False
+    return largest * table.num_rows < _SAFE_SUM
+
+
+def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.Table:
+    """``table``'s rows summed by ``cols``: columns ``cols`` then ``diff`` (int64), no zero sums.
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": [1, 1, 2, 3], "_d": [1, -1, 2, 1]})
+    >>> consolidated(t, ["k"]).sort_by("k").to_pylist()
+    [{'k': 2, '_d': 2}, {'k': 3, '_d': 1}]
+    """
+    cols = list(cols)
+    if table.num_rows == 0:
+        return table.select([*cols, diff])
+    fields = table.schema
+    if all(_groupable(fields.field(c).type) for c in cols) and _arrow_can_sum(table, diff):
+        d = table.column(diff).cast(pa.int64())
+        if not cols:
+            total = pc.sum(d).as_py() or 0
+            return pa.table({diff: pa.array([total] if total else [], pa.int64())})
+        grouped = table.select(cols).append_column(diff, d).group_by(cols, use_threads=False).aggregate([(diff, "sum")])
+        grouped = grouped.filter(pc.not_equal(grouped.column(f"{diff}_sum"), 0))
+        return grouped.rename_columns([*cols, diff])
+    q = duck.quote(diff)
+    select = f"{duck.cols(cols)}, " if cols else ""
+    group = "GROUP BY ALL " if cols else ""
+    return duck.query(f"SELECT {select}sum({q})::BIGINT AS {q} FROM $X {group}HAVING sum({q}) <> 0", {"X": table})
+
+
+def _packed(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> tuple[pa.Array, pa.Array] | None:
+    """Integer key columns without nulls as one int64 per row (mixed radix over the
+    columns' ranges in both tables), or ``None`` when they are not integers or the
+    ranges' product does not fit."""
+    import numpy as np
+
+    def fits(t: pa.DataType) -> bool:
+        return pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)
+
+    if not all(fits(table.schema.field(c).type) for c in cols):
+        return None
+    left = np.zeros(table.num_rows, dtype=np.int64)
+    right = np.zeros(keys.num_rows, dtype=np.int64)
+    span = 1
+    for c in cols:
+        a = table.column(c).to_numpy().astype(np.int64, copy=False)
+        b = keys.column(c).to_numpy().astype(np.int64, copy=False)
+        lo = int(min(a.min(), b.min()))
+        size = int(max(a.max(), b.max())) - lo + 1
+        span *= size
+        if span >= _SAFE_SUM:
+            return None
+        left = left * size + (a - lo)
+        right = right * size + (b - lo)
+    return pa.array(left), pa.array(right)
+
+
+def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` whose ``cols`` equal (nulls equal to nulls) those of some row of ``keys``.
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": [1, 2, 3, 2], "v": ["a", "b", "c", "d"]})
+    >>> touching(t, pa.table({"k": [2, 9]}), ["k"]).to_pylist()
+    [{'k': 2, 'v': 'b'}, {'k': 2, 'v': 'd'}]
+    """
+    cols = list(cols)
+    if not cols:
+        return table if keys.num_rows else table.slice(0, 0)
+    if table.num_rows == 0 or keys.num_rows == 0:
+        return table.slice(0, 0)
+    if all(_groupable(table.schema.field(c).type) and keys.schema.field(c).type == table.schema.field(c).type
+           for c in cols):
+        if len(cols) == 1:  # is_in matches a null to a null (skip_nulls=False), as IS NOT DISTINCT FROM
+            values = pc.unique(keys.column(cols[0]).combine_chunks())
+            return table.filter(pc.is_in(table.column(cols[0]), value_set=values, skip_nulls=False))
+        if not any(table.column(c).null_count or keys.column(c).null_count for c in cols):
+            packed = _packed(table, keys, cols)
+            if packed is not None:
+                return table.filter(pc.is_in(packed[0], value_set=pc.unique(packed[1])))
+            distinct = keys.select(cols).group_by(cols, use_threads=False).aggregate([])
+            return table.join(distinct, cols, join_type="left semi", use_threads=False).select(table.column_names)
+    from .common import key_eq
+
+    sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {duck.cols(cols)} FROM $K) AS n ON {key_eq([duck.quote(c) for c in cols], 'x', 'n')}"
+    return duck.query(sql, {"X": table, "K": keys.select(cols)})
