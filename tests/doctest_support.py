@@ -1,8 +1,8 @@
 """Finding the package's docstring examples and its public API (tests/test_doctests.py, tests/test_docs_api.py).
 
 :func:`collect` gathers every docstring with examples from every module of
-``spark_differential`` (module, class, function and method docstrings) with
-:class:`doctest.DocTestFinder`.  Walking the package imports every module, so the
+``spark_differential`` and every script in ``examples/`` (module, class, function
+and method docstrings) with :class:`doctest.DocTestFinder`.  Walking the package imports every module, so the
 ones the package itself only loads on first use are covered as well, and modules,
 functions and methods added later are picked up without a change here.
 """
@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import inspect
+import os
 import pkgutil
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -20,6 +23,7 @@ import spark_differential as sd
 
 # modules installed inside the package from another directory (setup.cfg's package_dir)
 EXTRA_MODULES = ["spark_differential._sql"]
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 def package_modules() -> list[ModuleType]:
@@ -30,6 +34,27 @@ def package_modules() -> list[ModuleType]:
         modules.append(importlib.import_module(info.name))
     assert not failed, f"could not import packages {failed}"
     modules += [importlib.import_module(name) for name in EXTRA_MODULES]
+    return modules
+
+
+def example_modules() -> list[ModuleType]:
+    """The scripts in ``examples/``, imported as ``examples.<name>`` without running their ``main``."""
+    modules: list[ModuleType] = []
+    for file in sorted(os.listdir(EXAMPLES)):
+        if not file.endswith(".py"):
+            continue
+        name = f"examples.{file[:-3]}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, file))
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # dataclasses look their module up while the script runs
+            path = list(sys.path)
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.path[:] = path  # the scripts put examples/ on sys.path for their helpers
+        modules.append(sys.modules[name])
     return modules
 
 
@@ -44,7 +69,7 @@ def collect() -> list[doctest.DocTest]:
     """Every docstring of the package that has examples, as one DocTest each, sorted by name."""
     finder = doctest.DocTestFinder(exclude_empty=True)
     found: dict[str, doctest.DocTest] = {}
-    for module in package_modules():
+    for module in package_modules() + example_modules():
         for test in finder.find(module, module.__name__):
             if test.examples:
                 found.setdefault(test.name, test)

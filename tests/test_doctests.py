@@ -1,8 +1,8 @@
 """Every docstring example in the ``spark_differential`` package runs and prints what it shows.
 
 The examples are found by :func:`doctest_support.collect` in every module of the
-package (module, class, function and method docstrings, lazily imported modules and
-the methods registered on DataFrame included).  Each docstring is one test, run with
+package and every script in ``examples/`` (module, class, function and method
+docstrings, lazily imported modules and the methods registered on DataFrame included).  Each docstring is one test, run with
 the shared test SparkSession: ``spark`` and the package as ``sd`` are in its namespace,
 and ``sd.session()`` inside an example returns that same session.  No option flags
 are set here: an example that needs one says so with a ``# doctest:`` directive.
@@ -14,7 +14,7 @@ import copy
 import doctest
 
 import pytest
-from doctest_support import collect, docstring_of, package_modules, registered_methods
+from doctest_support import collect, docstring_of, example_modules, package_modules, registered_methods
 
 import spark_differential as sd
 
@@ -31,6 +31,7 @@ def test_docstring_examples_are_collected():
     assert "spark_differential.kernels.gather.gather" in names
     # local_loop is imported by the first in-task dd_iterate, not by the package
     assert "spark_differential.local_loop" in {m.__name__ for m in package_modules()}
+    assert "examples.flagship" in {m.__name__ for m in example_modules()}
 
 
 @pytest.mark.parametrize("test", DOCTESTS, ids=[t.name for t in DOCTESTS])
