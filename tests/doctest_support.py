@@ -2,9 +2,10 @@
 
 :func:`collect` gathers every docstring with examples from every module of
 ``spark_differential`` and every script in ``examples/`` (module, class, function
-and method docstrings) with :class:`doctest.DocTestFinder`.  Walking the package imports every module, so the
-ones the package itself only loads on first use are covered as well, and modules,
-functions and methods added later are picked up without a change here.
+and method docstrings) with :class:`doctest.DocTestFinder`.  Walking the package
+imports every module, so the ones the package itself only loads on first use are
+covered as well, and modules, functions and methods added later are picked up
+without a change here.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def registered_methods() -> dict[str, Any]:
 
 
 def collect() -> list[doctest.DocTest]:
-    """Every docstring of the package that has examples, as one DocTest each, sorted by name."""
+    """Every docstring with examples (package, examples/, DataFrame methods), one DocTest each, by name."""
     finder = doctest.DocTestFinder(exclude_empty=True)
     found: dict[str, doctest.DocTest] = {}
     for module in package_modules() + example_modules():
