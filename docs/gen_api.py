@@ -35,7 +35,8 @@ def render() -> str:
         "",
         "Generated from the docstrings by `python docs/gen_api.py`. Every `dd_*` function is also a",
         "DataFrame method (`df.dd_join(other, on=...)`, the DataFrame being the first argument) and",
-        "works with `df.transform(sd.dd_join, other, on=...)`. Examples assume `import spark_differential as sd`.",
+        "works with `df.transform(sd.dd_join, other, on=...)`. Examples assume `import spark_differential as sd`;",
+        "every example runs as a doctest in the test suite (`tests/test_doctests.py`) and prints what it shows.",
         "",
     ]
 

@@ -56,8 +56,8 @@ def bfs(
     |   0|   0|   0|   1|
     |   1|   1|   0|   1|
     |   2|   2|   0|   1|
-    |   2|   1|   3|   1|
     |   2|   2|   3|  -1|
+    |   2|   1|   3|   1|
     +----+----+----+----+
     <BLANKLINE>
     """
@@ -127,7 +127,28 @@ def connected_components(
     """``(node, label)``: the smallest node id in each node's undirected component.
 
     ``nodes`` is a collection with a ``node`` column (nodes without edges are their
-    own component).
+    own component).  Below, the edge ``2→3`` arriving at time 2 joins ``{1, 2}`` and
+    ``{3, 4}``: nodes 3 and 4 change their label from 3 to 1.
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.algorithms import connected_components
+    >>> spark = sd.session()
+    >>> edges = spark.createDataFrame([(1, 2, 0, 1), (3, 4, 0, 1), (2, 3, 2, 1)], "src long, dst long, time long, diff long")
+    >>> nodes = spark.createDataFrame([(n, 0, 1) for n in (1, 2, 3, 4)], "node long, time long, diff long")
+    >>> connected_components(edges, nodes).orderBy("time", "node", "diff").show()
+    +----+-----+----+----+
+    |node|label|time|diff|
+    +----+-----+----+----+
+    |   1|    1|   0|   1|
+    |   2|    1|   0|   1|
+    |   3|    3|   0|   1|
+    |   4|    3|   0|   1|
+    |   3|    3|   2|  -1|
+    |   3|    1|   2|   1|
+    |   4|    3|   2|  -1|
+    |   4|    1|   2|   1|
+    +----+-----+----+----+
+    <BLANKLINE>
     """
     e = _edges(edges, src, dst)
     sym = e.dd_concat(e.select(F.col("dst").alias("src"), F.col("src").alias("dst"), TIME, DIFF))
@@ -149,7 +170,22 @@ def triangles_naive(edges: DataFrame, src: str = "src", dst: str = "dst") -> Dat
     """``(a, b, c)`` by ``(edges ⋈_a edges)`` semijoined with edges on ``(b, c)`` (seed 003's first form).
 
     This arranges the wedge collection ``(a,b) ⋈ (a,c)``: its size is the sum of
-    squared out-degrees.  Use :func:`triangles` instead.
+    squared out-degrees.  Use :func:`triangles` instead, unless times are partially
+    ordered (struct times), which only this form handles.
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.algorithms import triangles_naive
+    >>> spark = sd.session()
+    >>> edges = spark.createDataFrame([(1, 2, 0, 1), (1, 3, 0, 1), (2, 3, 0, 1), (2, 3, 5, -1)],
+    ...                               "src long, dst long, time long, diff long")
+    >>> triangles_naive(edges).orderBy("time").show()
+    +---+---+---+----+----+
+    |  a|  b|  c|time|diff|
+    +---+---+---+----+----+
+    |  1|  2|  3|   0|   1|
+    |  1|  2|  3|   5|  -1|
+    +---+---+---+----+----+
+    <BLANKLINE>
     """
     e = _edges(edges, src, dst)
     ab = e.select(F.col("src").alias("a"), F.col("dst").alias("b"), TIME, DIFF)

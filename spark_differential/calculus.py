@@ -57,12 +57,12 @@ def differentiate(df: DataFrame) -> DataFrame:
     >>> spark = sd.session()
     >>> c = spark.createDataFrame([("bacon", 5, 1)], "item string, time long, diff long")
     >>> c.differentiate().orderBy("diff").show()
-    +-----+---------+----+
-    | item|     time|diff|
-    +-----+---------+----+
+    +-----+----------+----+
+    | item|      time|diff|
+    +-----+----------+----+
     |bacon| {5, true}|  -1|
     |bacon|{5, false}|   1|
-    +-----+---------+----+
+    +-----+----------+----+
     <BLANKLINE>
     """
     op = "differentiate"

@@ -154,7 +154,7 @@ def collection(
     | item|time|diff|
     +-----+----+----+
     |bacon|   3|   1|
-    |  eggs|   5|   1|
+    | eggs|   5|   1|
     +-----+----+----+
     <BLANKLINE>
     """

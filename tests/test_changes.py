@@ -11,7 +11,6 @@ that the collection accumulates at every version to the simulated table.
 from __future__ import annotations
 
 import datetime as dt
-import doctest
 import random
 from collections import Counter
 from typing import Any
@@ -52,11 +51,6 @@ def job_error(df: DataFrame) -> SparkDifferentialError:
 
 def value(rng: random.Random) -> tuple[int | None, str | None]:
     return (rng.choice([None, 0, 1, 2]), rng.choice([None, "a", "b"]))
-
-
-def test_doctests(spark) -> None:
-    res = doctest.testmod(changes, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted >= 15 and res.failed == 0
 
 
 def test_exported_and_registered(spark) -> None:

@@ -250,7 +250,21 @@ def dd_min(df: DataFrame, by: str | Sequence[str] | None, col: str) -> DataFrame
 
 
 def dd_max(df: DataFrame, by: str | Sequence[str] | None, col: str) -> DataFrame:
-    """Per key, the largest non-null ``col`` among rows with positive multiplicity (see :func:`dd_min`)."""
+    """Per key, the largest non-null ``col`` among rows with positive multiplicity (see :func:`dd_min`).
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> c = spark.createDataFrame([("a", 2, 0, 1), ("a", 5, 1, 1)], "k string, v long, time long, diff long")
+    >>> c.dd_max("k", "v").orderBy("time", "diff").show()
+    +---+---+----+----+
+    |  k|  v|time|diff|
+    +---+---+----+----+
+    |  a|  2|   0|   1|
+    |  a|  2|   1|  -1|
+    |  a|  5|   1|   1|
+    +---+---+----+----+
+    <BLANKLINE>
+    """
     dt = _value_type(df, col, "dd_max", numeric=False)
     return _reduction(df, "dd_max", by, "max", col, [T.StructField(col, dt, True)])
 
