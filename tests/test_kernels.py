@@ -162,6 +162,24 @@ def test_asof_join(name: str, data: st.DataObject) -> None:
     assert_updates_equal(updates_of(out, ["_k0", "_a0", "_b0", "_b1"], lat), expected.updates)
 
 
+@pytest.mark.parametrize("name", ["int", "product2", "altneu"])
+@SETTINGS
+@given(data=st.data())
+def test_asof_join_without_keys(name: str, data: st.DataObject) -> None:
+    """``nkeys=0`` (``dd_asof_join(on=[])``): every order meets all of B, one global timeline."""
+    lat = LATTICES[name]
+    strict, left = data.draw(st.booleans()), data.draw(st.booleans())
+    in_loop = not left and data.draw(st.booleans())
+    orders, fa = _loop_input(data, _coll(data, ("x",), lat), in_loop)
+    prices, fb = _loop_input(data, _coll(data, ("y", "z"), lat), in_loop)
+    A = kernel_table(orders, lat, [], new=fa)
+    B = kernel_table(prices, lat, [], prefix="_b", new=fb)
+    out = kjoin.join(kjoin.JoinParams(0, 1, 2, lib_type(lat), "asof", strict=strict, left=left), A, B)
+    how = "left" if left else "inner"
+    expected = _reference(lambda o, q: ref_asof_join(o, q, [], lat, strict=strict, how=how), [orders, prices], [fa, fb], in_loop)
+    assert_updates_equal(updates_of(out, ["_a0", "_b0", "_b1"], lat), expected.updates)
+
+
 @pytest.mark.parametrize("name", ["int", "product2", "altneu_product2"])
 def test_asof_join_in_loop_shared_rows(name: str) -> None:
     """An order update that is both in the trace and new (same data and time) counts once per copy."""
@@ -219,12 +237,13 @@ def _log_tables(
 def test_asof_upserts_vs_oracle(data: st.DataObject) -> None:
     """Sorted lookup and DuckDB SQL against ref_asof_join over ref_from_upsert_log.
 
-    Draws cover: one or two key columns, int or string keys, null order keys (left),
+    Draws cover: no key column (one global timeline), one or two key columns, int
+    or string keys, null order keys (left),
     logs with several rows at one (key, time) (the multiset case), deletions, orders
     that repeat or cancel (consolidation) and times spanning the whole int64 range
     (the rank-compressed packing).
     """
-    nkeys = data.draw(st.sampled_from([1, 2]))
+    nkeys = data.draw(st.sampled_from([0, 1, 2]))
     strs = data.draw(st.booleans())
     key_type = pa.string() if strs else pa.int64()
     key_vals = ["a", "b", "c"] if strs else [0, 1, 2]
@@ -263,7 +282,7 @@ def kernel_cut(A: pa.Table, nkeys: int) -> pa.Table:
     for i in range(nkeys):
         m = A.column(f"_k{i}").is_valid()
         mask = m if mask is None else pa.compute.and_(mask, m)
-    return A.filter(mask)
+    return A if mask is None else A.filter(mask)
 
 
 def test_asof_upserts_paths_by_hand() -> None:
