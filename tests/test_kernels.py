@@ -19,6 +19,7 @@ AltNeu(product) times.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -648,3 +649,26 @@ def test_distinct_seed000_interesting_time() -> None:
     c = Coll(("x",), [((7,), (0, 3), 1), ((7,), (1, 2), 1)])
     out = kreduce.threshold(kreduce.ThresholdParams(1, lib_type(lat)), kernel_table(c, lat))
     assert_updates_equal(updates_of(out, ["_a0"], lat), [((7,), (0, 3), 1), ((7,), (1, 2), 1), ((7,), (1, 3), -1)])
+
+
+def test_sql_templates_found_beside_an_uninstalled_package(monkeypatch) -> None:
+    """A source tree on ``sys.path`` that is not installed (an unpacked sdist whose Python
+    workers start in its directory) has no ``spark_differential._sql``: the templates are
+    read from ``sql/`` beside the package instead."""
+    from importlib import resources
+
+    from spark_differential.kernels import duck
+
+    installed = duck._template_text("consolidate")
+
+    def missing(name: str):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(resources, "files", missing)
+    # the package as if imported from this tree (the checkout, or the unpacked sdist)
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setattr(duck, "__file__", str(root / "spark_differential" / "kernels" / "duck.py"))
+    beside = duck._template_text("consolidate")
+    assert beside == installed and "$" in beside
+    with pytest.raises(ModuleNotFoundError):
+        duck._template_text("no_such_template")
