@@ -6,7 +6,8 @@
 #   * pathway    - for the BFS benchmark (only installed and import-checked here);
 #   * dbl-tempo  - Databricks' tempo, whose asofJoin is the union + last() window
 #                  formulation; import-checked against the installed pyspark 4.x;
-#   * tqdm, psutil (peak RSS), py-spy (profiling the driver / Python workers).
+#   * tqdm, psutil (peak RSS), py-spy (profiling the driver / Python workers);
+#   * matplotlib - benchmarks/plot.py draws docs/img/*.png from benchmarks/results/*.json.
 # DuckDB and pandas come with the project itself.
 #
 # Peers come from PyPI only.  Everything is resolved in ONE pip call together with
@@ -53,6 +54,7 @@ from importlib.metadata import version
 import pathway  # noqa: F401
 import psutil  # noqa: F401
 import spark_differential
+import matplotlib  # noqa: F401
 import tempo  # noqa: F401
 import tqdm  # noqa: F401
 
@@ -65,11 +67,11 @@ PYEOF
 if [ -z "${FORCE:-}" ] && all_present; then
     log "project, peers and tools already installed: nothing to do"
 else
-    PKGS=(-e "$ROOT[progress]" pathway dbl-tempo tqdm psutil py-spy)
+    PKGS=(-e "$ROOT[progress]" pathway dbl-tempo tqdm psutil py-spy matplotlib)
     log "installing in one resolution: pip install ${PKGS[*]}"
     if ! quiet_pip install -q "${PKGS[@]}"; then
         log "WARNING: could not resolve pathway alongside the project; installing without it"
-        quiet_pip install -q -e "$ROOT[progress]" dbl-tempo tqdm psutil py-spy || { log "FAILED"; exit 1; }
+        quiet_pip install -q -e "$ROOT[progress]" dbl-tempo tqdm psutil py-spy matplotlib || { log "FAILED"; exit 1; }
     fi
 fi
 
@@ -87,7 +89,7 @@ def ver(d: str) -> str:
         return "not installed"
 
 
-for d in ("pyspark", "pyarrow", "pandas", "numpy", "duckdb", "sqlglot", "pathway", "dbl-tempo", "tqdm", "psutil", "py-spy"):
+for d in ("pyspark", "pyarrow", "pandas", "numpy", "duckdb", "sqlglot", "pathway", "dbl-tempo", "tqdm", "psutil", "py-spy", "matplotlib"):
     print(f"  {d:10s} {ver(d)}")
 
 for mod, what in (("spark_differential", "project"), ("pathway", "peer: BFS"), ("tempo", "peer: dbl-tempo asofJoin")):

@@ -132,7 +132,7 @@ def dd_delay(df: DataFrame) -> DataFrame:
 def dd_asof_join(
     orders: DataFrame,
     prices: DataFrame,
-    on: str | Sequence[str],
+    on: str | Sequence[str] | None,
     how: str = "inner",
     strict: bool = False,
     method: str = "auto",
@@ -146,6 +146,14 @@ def dd_asof_join(
     with nulls for the price columns.  Output columns: keys, the orders' other
     columns, the prices' other columns; time is the order's time.  Build ``prices``
     from a price-history table with :func:`spark_differential.from_upserts`.
+
+    ``on=[]`` (or ``None``): no equality keys, as SQL's ``ASOF JOIN ... ON o.ts >= p.ts``.
+    ``prices`` is then one global timeline: every order meets the whole of ``prices``
+    as accumulated at its time (from ``sd.from_upserts(history, key=[])``: the log
+    rows at the latest log time at or before the order).  Results are exact, but
+    all rows of both sides land on a single key and so in **one task**: that task
+    holds the whole of ``prices``' history (and sorts it with the orders), whatever
+    the cluster's size.  Give a key wherever the data has one.
 
     ``method``:
 
@@ -170,6 +178,17 @@ def dd_asof_join(
     |bacon|ann|    2|   3|   1|
     +-----+---+-----+----+----+
     <BLANKLINE>
+
+    Without keys, against one global timeline of exchange rates:
+
+    >>> rates = sd.from_upserts(spark.createDataFrame([(1.1, 1), (1.2, 4)], "rate double, ts long"), key=[], time="ts")
+    >>> orders.dd_asof_join(rates, on=[]).show()
+    +-----+---+----+----+----+
+    | item|who|rate|time|diff|
+    +-----+---+----+----+----+
+    |bacon|ann| 1.1|   3|   1|
+    +-----+---+----+----+----+
+    <BLANKLINE>
     """
     op = "dd_asof_join"
     if how not in ("inner", "left"):
@@ -177,8 +196,6 @@ def dd_asof_join(
     if method not in ("auto", "kernel", "calculus", "upserts"):
         raise ValueError(f"{op}: method must be 'auto', 'upserts', 'kernel' or 'calculus', got {method!r}")
     keys_ = as_columns(on, op=op, what="`on`")
-    if not keys_:
-        raise SchemaMismatchError(f"{op}: name at least one key column in `on`")
     a = inspect(orders, op=op, side="orders")
     b = inspect(prices, op=op, side="prices")
     require_columns(a, keys_, op=op, side="orders", what="key columns")
@@ -194,8 +211,18 @@ def dd_asof_join(
     b_data = [c for c in b.data_cols if c not in keys_]
     clash = sorted(set(a_data) & set(b_data))
     if clash:
-        raise SchemaMismatchError(f"{op}: both inputs have data columns {clash} besides the keys; rename one side's")
+        besides = "besides the keys" if keys_ else "(`on` names no key columns)"
+        raise SchemaMismatchError(f"{op}: both inputs have data columns {clash} {besides}; rename one side's")
     if method == "calculus":
+        if not keys_:  # dd_join needs a key: one constant key is the single global timeline
+            name = _ONE_KEY
+            while name in orders.columns or name in prices.columns:
+                name += "_"
+            one = F.lit(0).alias(name)
+            out = _asof_calculus(
+                orders.select(one, *orders.columns), prices.select(one, *prices.columns), [name], how, strict, a_data, b_data
+            )
+            return out.drop(name)
         return _asof_calculus(orders, prices, keys_, how, strict, a_data, b_data)
     if method in ("auto", "upserts"):
         log, why_not = _usable_log(prices, a, b, keys_)
@@ -218,8 +245,13 @@ def dd_asof_join(
     return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
 
 
+_ONE_KEY = "sdasof_all"  # the one key of a keyless as-of join in its calculus form
+
+
 def _keys_present(keys_: list[str]) -> Column:
-    """Every key column is non-null (a null key matches nothing)."""
+    """Every key column is non-null (a null key matches nothing); true with no keys."""
+    if not keys_:
+        return F.lit(True)
     cond = F.col(keys_[0]).isNotNull()
     for k in keys_[1:]:
         cond = cond & F.col(k).isNotNull()

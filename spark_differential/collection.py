@@ -319,7 +319,7 @@ def from_snapshots(df: DataFrame, version: str = "version") -> DataFrame:
 
 def from_upserts(
     df: DataFrame,
-    key: str | Sequence[str],
+    key: str | Sequence[str] | None,
     time: str = TIME,
     deleted: str | None = None,
 ) -> DataFrame:
@@ -331,7 +331,9 @@ def from_upserts(
     from then on (a multiset).  With ``deleted`` naming a boolean column, a row
     with ``deleted = true`` retracts the key's values without inserting any.
     This is how an ordinary price-history table becomes a collection for as-of
-    joins.
+    joins.  With ``key=[]`` (or ``None``) the whole table is one timeline (one
+    value, e.g. an exchange rate, that changes over time): each time's rows
+    replace all rows before it.  That builds the history in a single task.
 
     >>> import spark_differential as sd
     >>> spark = sd.session()
@@ -348,8 +350,6 @@ def from_upserts(
     """
     op = "sd.from_upserts"
     keys = as_columns(key, op=op, what="key")
-    if not keys:
-        raise MissingColumnError(f"{op}: name at least one key column")
     _total_time_of(df, time, op=op)
     for c in keys + ([deleted] if deleted else []):
         if c not in df.columns:
@@ -363,12 +363,14 @@ def from_upserts(
     values = [c for c in data if c not in keys]
     # one shuffle: everything below is partition-local once rows are partitioned by key
     tcol = F.col(time)
-    rows = df.withColumn(time, null_guard(tcol, [tcol], "time")).repartition(*[F.col(k) for k in keys])
+    guarded = df.withColumn(time, null_guard(tcol, [tcol], "time"))
+    # no keys: one timeline, in one partition (which every step below accepts as is)
+    rows = guarded.repartition(*[F.col(k) for k in keys]) if keys else guarded.repartition(1)
     value = F.struct(*[F.col(c) for c in values]) if values else F.lit(True)
     if deleted is not None:
         value = F.when(~F.coalesce(F.col(deleted), F.lit(False)), value)
     now = rows.groupBy(*keys, time).agg(F.collect_list(value).alias("_sd_now"))  # nulls (deletions) dropped
-    w = Window.partitionBy(*keys).orderBy(time)
+    w = Window.partitionBy(*(keys or [F.lit(0)])).orderBy(time)
     now = now.select(*keys, time, "_sd_now", F.lag("_sd_now").over(w).alias("_sd_prev"))
     prev = F.coalesce(F.col("_sd_prev"), F.slice(F.col("_sd_now"), 1, 0))  # [] at the key's first time
     sign = F.concat(

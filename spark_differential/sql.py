@@ -11,6 +11,10 @@ or in DuckDB's::
     SELECT ... FROM orders o ASOF [LEFT] JOIN prices p
         ON o.item = p.item AND o.ts >= p.ts                    -- or USING (item, ts)
 
+Keys are optional: ``MATCH_CONDITION (o.ts >= p.ts)`` with no ``ON``, ``ON o.ts >=
+p.ts`` alone or ``USING (ts)`` join every left row with one global timeline (the
+whole right table).
+
 What an as-of join means on ``(data, time, diff)``
 --------------------------------------------------
 An as-of join is the seed-003 calculus (``differentiate``, ``join``,
@@ -22,7 +26,8 @@ An as-of join is the seed-003 calculus (``differentiate``, ``join``,
 * the right table (``prices``) is a price *history*: each row says "from ``p.ts``
   on, the key ``p.item`` has this row as its value", which
   :func:`spark_differential.from_upserts` turns into a changing collection
-  (insert at ``p.ts``, retract at the key's next ``p.ts``);
+  (insert at ``p.ts``, retract at the key's next ``p.ts``; with no keys the whole
+  table is one key: ``key=[]``);
 * :func:`spark_differential.dd_asof_join` meets every left update with the right
   collection as accumulated at the update's time (``>=``) or just before it
   (``>``: ``strict=True``), and the result's ``diff`` (how many copies) is
@@ -31,6 +36,9 @@ An as-of join is the seed-003 calculus (``differentiate``, ``join``,
 So for each left row the result holds the right row(s) with equal keys and the
 greatest ``p.ts`` with ``p.ts <= o.ts`` (``<`` for ``>``) -- DuckDB's ASOF JOIN.
 ``LEFT`` keeps left rows that find nothing, with NULLs for the right columns.
+Without keys every row of both tables is on one single key, so the as-of lookup
+runs in one Spark task holding the right table's whole timeline (exact, but not
+parallel).
 
 How a query runs
 ----------------
@@ -141,7 +149,10 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
     ON o.k = p.k`` (or ``USING (k)``), or in DuckDB's, ``o ASOF [LEFT] JOIN p ON
     o.k = p.k AND o.ts >= p.ts`` (or ``USING (k, ts)``: the last column is the
     time).  ``>`` asks for right rows strictly before the left row; the mirrored
-    ``p.ts <= o.ts`` / ``p.ts < o.ts`` is accepted too.  Each left row gets the
+    ``p.ts <= o.ts`` / ``p.ts < o.ts`` is accepted too.  Keys are optional
+    (``MATCH_CONDITION (o.ts >= p.ts)`` alone, ``ON o.ts >= p.ts``, ``USING (ts)``):
+    without them the whole right table is one timeline, and the as-of lookup runs
+    in a single Spark task that holds all of it.  Each left row gets the
     right row(s) with equal keys and the greatest ``p.ts`` allowed (several if
     several right rows share that ``p.ts`` for the key); ``LEFT`` keeps unmatched
     left rows with NULLs.  The as-of join must directly follow the first table of
@@ -167,6 +178,19 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
     |ann|  3|    2|    1|
     |bob|  6|    4|    5|
     +---+---+-----+-----+
+    <BLANKLINE>
+
+    Without keys, against one timeline of exchange rates:
+
+    >>> rates = spark.createDataFrame([(1.1, 1), (1.2, 4)], "rate double, ts long")
+    >>> sd.sql("SELECT o.who, r.rate FROM orders o ASOF JOIN rates r ON o.ts >= r.ts ORDER BY o.ts",
+    ...        orders=orders, rates=rates).show()
+    +---+----+
+    |who|rate|
+    +---+----+
+    |ann| 1.1|
+    |bob| 1.2|
+    +---+----+
     <BLANKLINE>
     """
     if not isinstance(query, str):
@@ -483,20 +507,15 @@ class _Compiler:
             key_cols = using
         elif using:
             clause = "USING"
-            if len(using) < 2:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN USING ({', '.join(using)}) needs the key column(s) and then the time "
-                    "column, e.g. USING (item, ts); the as-of match is per key"
-                )
-            key_cols = using[:-1]
+            key_cols = using[:-1]  # USING (ts): no keys, one global timeline
             tl, tr = self.using_col(using[-1], left, right)
             time_cmp = exp.GTE(this=exp.column(tl, table=la), expression=exp.column(tr, table=ra))
         else:
             clause = "ON"
             if on is None:
                 raise SqlError(
-                    f"{_OP}: ASOF JOIN needs MATCH_CONDITION (o.ts >= p.ts) with ON/USING keys, or an ON clause "
-                    "with key equalities and the time comparison (ON o.k = p.k AND o.ts >= p.ts)"
+                    f"{_OP}: ASOF JOIN needs MATCH_CONDITION (o.ts >= p.ts) (with optional ON/USING keys), or an ON "
+                    "clause with the time comparison and optional key equalities (ON o.k = p.k AND o.ts >= p.ts)"
                 )
             if not cmps:
                 raise SqlError(
@@ -526,11 +545,6 @@ class _Compiler:
             (_, lk), (_, rk) = sorted([a, b])
             lkeys.append(lk)
             rkeys.append(rk)
-        if not lkeys:
-            raise SqlError(
-                f"{_OP}: ASOF JOIN needs at least one equality between a column of `{la}` and a column of "
-                f"`{ra}` in ON (or USING), e.g. ON {la}.item = {ra}.item: the as-of match is per key"
-            )
         lt, rt, strict = self.time_comparison(time_cmp, clause, left, right)
         spec = _Spec(how, strict, lkeys, rkeys, lt, rt, using_left, clause)
         self.check_types(spec, left, right)

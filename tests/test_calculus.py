@@ -136,6 +136,33 @@ def test_asof_join_vs_oracle(spark, name: str) -> None:
             raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
 
 
+@pytest.mark.parametrize("name", ["int", "product2"])
+def test_asof_join_without_keys_vs_oracle(spark, name: str) -> None:
+    """``on=[]``: one global timeline of prices (with retractions), every variant in one job."""
+    lat = Total() if name == "int" else P2
+    variants = ALL_VARIANTS if name == "int" else SOME_VARIANTS
+    rng = random.Random(41 if name == "int" else 42)
+    history = _price_history(rng, lat, 4)  # four "cases", but no key: one timeline of 4 * (0..6) rows
+    prices = Coll(("shop", "item", "price"), history.updates)
+    # diffs of both signs; times from -2: some orders come before every price
+    orders = cases(43 if name == "int" else 44, 3, ["who"], 8, lat, time_range=(-2, 5))
+    orders = Coll(("who", "n"), orders.updates)
+    do, dp = sdf(spark, orders, lat), sdf(spark, prices, lat)
+    outs = [do.dd_asof_join(dp, on=[], how=how, strict=strict, method=m) for m, how, strict in variants]
+    for out in outs:
+        assert out.columns == ["who", "n", "shop", "item", "price", "time", "diff"]
+    for got, (m, how, strict) in zip(collect_many(outs), variants):
+        expected = ref_asof_join(orders, prices, [], lat, strict=strict, how=how)
+        try:
+            assert_updates_equal(got, expected.updates)
+        except AssertionError as e:
+            raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
+    # the data exercises the join: orders meeting several prices, and orders meeting none
+    inner = ref_asof_join(orders, prices, [], lat).updates
+    assert len({d[:2] for d, _, _ in inner}) < len(inner)
+    assert len(ref_asof_join(orders, prices, [], lat, how="left").updates) > len(inner)
+
+
 def test_asof_join_null_keys(spark) -> None:
     lat = Total()
     orders = Coll(("item", "who"), [(("a", 1), 3, 1), ((None, 2), 3, 1), (("b", 3), 0, 1)])
@@ -226,6 +253,32 @@ def test_asof_join_from_upsert_log_vs_oracle(spark) -> None:
             raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
 
 
+def test_asof_join_from_upsert_log_without_keys_vs_oracle(spark) -> None:
+    """``sd.from_upserts(key=[])`` + ``on=[]``: the log is one timeline (deletions, several rows at one time)."""
+    rng = random.Random(32)
+    log = [((), (rng.randrange(4), rng.randrange(3)), rng.randrange(12), rng.random() < 0.15) for _ in range(25)]
+    orders = [((rng.randrange(5),), rng.randrange(-1, 14), rng.choice([1, 1, 2, -1])) for _ in range(30)]
+    hist = spark.createDataFrame([(*v, t, dl) for _, v, t, dl in log], "price long, shop long, ts long, gone boolean")
+    prices = sd.from_upserts(hist.coalesce(1), key=[], time="ts", deleted="gone")
+    od = spark.createDataFrame([(*d, t, r) for d, t, r in orders], "who long, time long, diff long").coalesce(1)
+    variants = [(m, how, strict) for m in ("upserts",) for how in ("inner", "left") for strict in (False, True)]
+    variants += [("kernel", "left", False), ("calculus", "inner", True)]
+    outs = [od.dd_asof_join(prices, on=None if m == "kernel" else [], how=how, strict=strict, method=m) for m, how, strict in variants]
+    ref_prices = ref_from_upsert_log(log, ("price", "shop"))
+    for out in outs:
+        assert out.columns == ["who", "price", "shop", "time", "diff"]
+    # the collection from_upserts builds, read in the same job (as rows with who = NULL)
+    as_rows = prices.select(F.lit(None).cast("long").alias("who"), "price", "shop", "time", "diff")
+    results = collect_many([*outs, as_rows])
+    assert_updates_equal([((p, s), t, r) for (_, p, s), t, r in results[-1]], ref_prices.updates)
+    for got, (m, how, strict) in zip(results, variants):
+        expected = ref_asof_join(Coll(("who",), orders), ref_prices, [], Total(), strict=strict, how=how)
+        try:
+            assert_updates_equal(got, expected.updates)
+        except AssertionError as e:
+            raise AssertionError(f"method={m} how={how} strict={strict}: {e}") from None
+
+
 def test_asof_join_from_upsert_log_timestamps(spark) -> None:
     """Timestamp times (microsecond leaves spanning decades) through the upsert-log path."""
     t0 = dt.datetime(1990, 1, 1, tzinfo=dt.timezone.utc)
@@ -256,3 +309,16 @@ def test_asof_join_upserts_method_choice(spark) -> None:
     expected = [(("a", "x", 1), 3, 1), (("a", "y", 2), 6, 1)]
     assert_updates_equal(rows_of(orders.dd_asof_join(changed, on="item")), expected)
     assert_updates_equal(rows_of(orders.dd_asof_join(prices, on="item")), expected)
+
+
+def test_asof_docstring_examples_run(spark) -> None:
+    """The runnable examples of ``dd_asof_join`` and ``sd.from_upserts`` (keyed and keyless)."""
+    import doctest
+
+    from spark_differential.calculus import dd_asof_join
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for fn in (dd_asof_join, sd.from_upserts):
+        for test in doctest.DocTestFinder().find(fn, globs={}):
+            runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 10

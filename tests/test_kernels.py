@@ -19,6 +19,7 @@ AltNeu(product) times.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -162,6 +163,24 @@ def test_asof_join(name: str, data: st.DataObject) -> None:
     assert_updates_equal(updates_of(out, ["_k0", "_a0", "_b0", "_b1"], lat), expected.updates)
 
 
+@pytest.mark.parametrize("name", ["int", "product2", "altneu"])
+@SETTINGS
+@given(data=st.data())
+def test_asof_join_without_keys(name: str, data: st.DataObject) -> None:
+    """``nkeys=0`` (``dd_asof_join(on=[])``): every order meets all of B, one global timeline."""
+    lat = LATTICES[name]
+    strict, left = data.draw(st.booleans()), data.draw(st.booleans())
+    in_loop = not left and data.draw(st.booleans())
+    orders, fa = _loop_input(data, _coll(data, ("x",), lat), in_loop)
+    prices, fb = _loop_input(data, _coll(data, ("y", "z"), lat), in_loop)
+    A = kernel_table(orders, lat, [], new=fa)
+    B = kernel_table(prices, lat, [], prefix="_b", new=fb)
+    out = kjoin.join(kjoin.JoinParams(0, 1, 2, lib_type(lat), "asof", strict=strict, left=left), A, B)
+    how = "left" if left else "inner"
+    expected = _reference(lambda o, q: ref_asof_join(o, q, [], lat, strict=strict, how=how), [orders, prices], [fa, fb], in_loop)
+    assert_updates_equal(updates_of(out, ["_a0", "_b0", "_b1"], lat), expected.updates)
+
+
 @pytest.mark.parametrize("name", ["int", "product2", "altneu_product2"])
 def test_asof_join_in_loop_shared_rows(name: str) -> None:
     """An order update that is both in the trace and new (same data and time) counts once per copy."""
@@ -219,12 +238,13 @@ def _log_tables(
 def test_asof_upserts_vs_oracle(data: st.DataObject) -> None:
     """Sorted lookup and DuckDB SQL against ref_asof_join over ref_from_upsert_log.
 
-    Draws cover: one or two key columns, int or string keys, null order keys (left),
+    Draws cover: no key column (one global timeline), one or two key columns, int
+    or string keys, null order keys (left),
     logs with several rows at one (key, time) (the multiset case), deletions, orders
     that repeat or cancel (consolidation) and times spanning the whole int64 range
     (the rank-compressed packing).
     """
-    nkeys = data.draw(st.sampled_from([1, 2]))
+    nkeys = data.draw(st.sampled_from([0, 1, 2]))
     strs = data.draw(st.booleans())
     key_type = pa.string() if strs else pa.int64()
     key_vals = ["a", "b", "c"] if strs else [0, 1, 2]
@@ -263,7 +283,7 @@ def kernel_cut(A: pa.Table, nkeys: int) -> pa.Table:
     for i in range(nkeys):
         m = A.column(f"_k{i}").is_valid()
         mask = m if mask is None else pa.compute.and_(mask, m)
-    return A.filter(mask)
+    return A if mask is None else A.filter(mask)
 
 
 def test_asof_upserts_paths_by_hand() -> None:
@@ -629,3 +649,26 @@ def test_distinct_seed000_interesting_time() -> None:
     c = Coll(("x",), [((7,), (0, 3), 1), ((7,), (1, 2), 1)])
     out = kreduce.threshold(kreduce.ThresholdParams(1, lib_type(lat)), kernel_table(c, lat))
     assert_updates_equal(updates_of(out, ["_a0"], lat), [((7,), (0, 3), 1), ((7,), (1, 2), 1), ((7,), (1, 3), -1)])
+
+
+def test_sql_templates_found_beside_an_uninstalled_package(monkeypatch) -> None:
+    """A source tree on ``sys.path`` that is not installed (an unpacked sdist whose Python
+    workers start in its directory) has no ``spark_differential._sql``: the templates are
+    read from ``sql/`` beside the package instead."""
+    from importlib import resources
+
+    from spark_differential.kernels import duck
+
+    installed = duck._template_text("consolidate")
+
+    def missing(name: str):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(resources, "files", missing)
+    # the package as if imported from this tree (the checkout, or the unpacked sdist)
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setattr(duck, "__file__", str(root / "spark_differential" / "kernels" / "duck.py"))
+    beside = duck._template_text("consolidate")
+    assert beside == installed and "$" in beside
+    with pytest.raises(ModuleNotFoundError):
+        duck._template_text("no_such_template")

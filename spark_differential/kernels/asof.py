@@ -13,6 +13,9 @@ ids, ``(key id, time, side)`` is packed into one int64 so that every order sorts
 right after the log rows it may see, and a running maximum carries the latest log
 row forward.  Logs with several rows at one (key, time), and key types Arrow cannot
 dictionary-encode, go through DuckDB's ``ASOF JOIN`` (``sql/asof_upserts.sql``).
+
+With no key columns (``nkeys == 0``) the log is one global timeline: every order
+meets the log rows at the latest log time ``s <= t`` over the whole log.
 """
 
 from __future__ import annotations
@@ -66,14 +69,14 @@ def _sql(p: UpsertAsofParams) -> str:
         A="$A",
         H="$H",
         a_cols=csv([*k, *a, "_t0"]),
-        k_cols=csv(k),
-        kv_cols=csv([*k, *b]),
+        k_lead="".join(f"{c}, " for c in k),
+        kv_lead="".join(f"{c}, " for c in [*k, *b]),
         live=f"WHERE NOT coalesce(_b{p.nb}, false)" if p.deleted else "",
         how="LEFT" if p.left else "",
-        k_eq=" AND ".join(f"a.{c} = s.{c}" for c in k),
+        k_eq="".join(f"a.{c} = s.{c} AND " for c in k),
         cmp=">" if p.strict else ">=",
-        mv_eq=" AND ".join(f"m.{c} = v.{c}" for c in k),
-        out_cols=csv([*[f"m.{c}" for c in k], *[f"m.{c}" for c in a], *[f"v.{c}" for c in b]]),
+        mv_eq="".join(f"m.{c} = v.{c} AND " for c in k),
+        out_lead="".join(f"{c}, " for c in [*[f"m.{c}" for c in k], *[f"m.{c}" for c in a], *[f"v.{c}" for c in b]]),
         mult="coalesce(v._m, 1)" if p.left else "v._m",
     )
 

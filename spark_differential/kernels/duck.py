@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from string import Template
 from typing import Any
 
@@ -53,9 +54,23 @@ def cols(names: Sequence[str], prefix: str = "") -> str:
     return ", ".join(p + quote(n) for n in names)
 
 
+def _template_text(name: str) -> str:
+    """The text of ``sql/<name>.sql``: from the installed ``spark_differential._sql``, or,
+    when the package is imported from a source tree that is not installed (a checkout or
+    an unpacked sdist on ``sys.path``, as Python workers started in its directory do),
+    from the ``sql/`` directory beside the package."""
+    try:
+        return resources.files("spark_differential._sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    except ModuleNotFoundError:
+        beside = Path(__file__).resolve().parent.parent.parent / "sql" / f"{name}.sql"
+        if not beside.is_file():
+            raise
+        return beside.read_text(encoding="utf-8")
+
+
 @cache
 def _template(name: str) -> Template:
-    text = resources.files("spark_differential._sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    text = _template_text(name)
     # drop comment lines so templates can document themselves
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
     return Template(body)
