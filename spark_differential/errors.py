@@ -95,6 +95,14 @@ class ConfigurationError(SparkDifferentialError, ValueError):
     """A ``spark_differential.*`` Spark configuration value that cannot be used."""
 
 
+class LateUpdateError(SparkDifferentialError, ValueError):
+    """An incremental view received updates at times its frontier already closed (see ``sd.incremental``)."""
+
+
+class IncrementalStateError(SparkDifferentialError, RuntimeError):
+    """An incremental view's stored state cannot be used, or the view was used in a way it cannot support."""
+
+
 class SqlError(SparkDifferentialError, ValueError):
     """A SQL query given to :func:`spark_differential.sql` is malformed or unsupported."""
 
@@ -126,8 +134,10 @@ __all__ = [
     "DiffTypeError",
     "EnvironmentError_",
     "FrontierError",
+    "IncrementalStateError",
     "IterationError",
     "IterationLimitExceeded",
+    "LateUpdateError",
     "MissingColumnError",
     "NegativeMultiplicityError",
     "NullValueError",
