@@ -119,7 +119,14 @@ def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
     where the library itself runs a job it re-raises them with their own type.
     """
     text = str(exc)
-    for cls in (NullValueError, ChangeDataError, NegativeMultiplicityError, OutputSchemaError, UserFunctionError):
+    for cls in (
+        NullValueError,
+        ChangeDataError,
+        NegativeMultiplicityError,
+        OutputSchemaError,
+        UserFunctionError,
+        LateUpdateError,
+    ):
         marker = f"{cls.__name__}: "
         at = text.find(marker)
         if at >= 0:

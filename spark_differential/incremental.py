@@ -46,6 +46,7 @@ from __future__ import annotations
 import datetime as _dt
 import inspect as _inspect
 import json
+import logging
 import os
 import re
 import uuid
@@ -57,13 +58,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ._history import recording
 from .collection import DIFF, TIME, inspect, time_leaf_names
 from .errors import (
     FrontierError,
     IncrementalStateError,
-    LateUpdateError,
     SchemaMismatchError,
     TimeTypeMismatchError,
+    from_job_failure,
 )
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
 
@@ -72,6 +74,7 @@ MANIFESTS = "_manifests"
 _MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 _VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 LATE_MODES = ("error", "advance")
+_log = logging.getLogger("spark_differential.incremental")
 KILL_ENV = "SPARK_DIFFERENTIAL_INCREMENTAL_EXIT_AT"  # test hook: os._exit at a named point
 
 
@@ -308,7 +311,7 @@ class _State:
     batch_id: int | None
     inputs: dict[str, T.StructType]
     output: T.StructType
-    output_rows: int
+    compacted: bool = True
 
     @property
     def ttype(self) -> TimeType:
@@ -325,7 +328,7 @@ class _State:
                 "batch_id": self.batch_id,
                 "inputs": {n: json.loads(s.json()) for n, s in self.inputs.items()},
                 "output": json.loads(self.output.json()),
-                "output_rows": self.output_rows,
+                "compacted": self.compacted,
                 "files": {
                     "inputs": {n: f"{self.directory}/inputs/{n}" for n in self.inputs},
                     "emitted": f"{self.directory}/emitted",
@@ -351,7 +354,7 @@ class _State:
             batch_id=None if m["batch_id"] is None else int(m["batch_id"]),
             inputs={n: T.StructType.fromJson(s) for n, s in m["inputs"].items()},
             output=T.StructType.fromJson(m["output"]),
-            output_rows=int(m.get("output_rows", 0)),
+            compacted=bool(m.get("compacted", True)),
         )
 
 
@@ -369,7 +372,9 @@ def _data_fields(schema: T.StructType) -> list[T.StructField]:
 class IncrementalView:
     """A query's output kept up to date under ``path``; made by :func:`incremental`."""
 
-    def __init__(self, spark: SparkSession, path: str, query: Callable[..., DataFrame], keep: int = 2) -> None:
+    def __init__(
+        self, spark: SparkSession, path: str, query: Callable[..., DataFrame], keep: int = 2, compact: bool | None = None
+    ) -> None:
         if not callable(query):
             raise TypeError(f"sd.incremental: query must be a function of named collections, got {type(query).__name__}")
         if keep < 2:
@@ -377,6 +382,7 @@ class IncrementalView:
         self.spark = spark
         self.query = query
         self.keep = keep
+        self.compact = compact
         self._files = _Files(spark, path)
         self.path = self._files.root
 
@@ -508,15 +514,25 @@ class IncrementalView:
             stored = self._read(f"{state.directory}/inputs/{n}", schema) if state is not None else None
             if n in new:
                 df = new[n][2].select(*cols)
-                df.write.parquet(f"{base}/new/{n}")
+                if old_front is not None and late == "error":
+                    df = _late_guard(op, n, df, ttype, old_front)
+                try:
+                    df.write.parquet(f"{base}/new/{n}")
+                except Exception as exc:
+                    known = from_job_failure(exc)
+                    if known is not None:
+                        raise known from None
+                    raise
                 staged = self._read(f"{directory}/new/{n}", schema)
-                if old_front is not None:
-                    staged = self._late(op, n, staged, ttype, old_front, late)
+                if old_front is not None and late == "advance":
+                    staged = lift(staged, ttype, old_front).select(*cols)
                 combined[n] = staged if stored is None else stored.unionByName(staged)
             else:
                 combined[n] = stored if stored is not None else self.spark.createDataFrame([], schema)
 
-        result = self.query(**combined)
+        with recording() as history_ops:
+            result = self.query(**combined)
+        compacted = self._compacted(op, state, history_ops)
         out_schema = self._check_output(op, result, ttype, state)
         cols = [f.name for f in out_schema.fields]
         result = result.select(*cols)
@@ -534,13 +550,13 @@ class IncrementalView:
         emitted = output if state is None else emitted_before.unionByName(output)
         _advance(emitted, ttype, new_front).select(*cols).write.parquet(f"{base}/emitted")
         for n in names:
-            _advance(combined[n], ttype, new_front).select(*[f.name for f in schemas[n].fields]).write.parquet(
+            kept = _advance(combined[n], ttype, new_front) if compacted else _consolidate(combined[n])
+            kept.select(*[f.name for f in schemas[n].fields]).write.parquet(
                 f"{base}/inputs/{n}"
             )
         self._files.delete(f"{base}/new")
         _hook("before-manifest")
 
-        rows = self.spark.read.schema(out_schema).parquet(f"{base}/output").count()
         committed = _State(
             version=version,
             directory=directory,
@@ -549,13 +565,37 @@ class IncrementalView:
             batch_id=batch_id if batch_id is not None else (state.batch_id if state is not None else None),
             inputs=dict(schemas),
             output=out_schema,
-            output_rows=int(rows),
+            compacted=compacted,
         )
         self._files.mkdirs(self._files.join(MANIFESTS))
         self._files.write_text_atomic(self._files.join(MANIFESTS, f"v{version:08d}.json"), committed.to_json())
         _hook("after-manifest")
         self._clean_up()
         return output
+
+    def _compacted(self, op: str, state: _State | None, history_ops: set[str]) -> bool:
+        """Whether the stored inputs are compacted (advanced to the frontier) after this update."""
+        used = ", ".join(sorted(history_ops))
+        why = (
+            f"the query uses {used}, whose output depends on when earlier input updates happened, not only on "
+            "the inputs' accumulation at each time, so its inputs cannot be compacted"
+        )
+        if state is not None and state.compacted and history_ops:
+            raise IncrementalStateError(
+                f"{op}: {why}; but the view stored under {self.path} was built by a query without them and its "
+                "inputs are already compacted. Start a new view (at a new path) for this query."
+            )
+        if self.compact is True and history_ops:
+            raise IncrementalStateError(
+                f"{op}: {why}. Pass compact=False (or leave it unset) to keep the inputs' full history: exact, "
+                "but each update then costs the size of that history."
+            )
+        if state is not None and not state.compacted:
+            return False
+        if history_ops:
+            _log.warning("%s: %s; the view keeps its inputs' full history under %s", op, why, self.path)
+            return False
+        return self.compact is not False
 
     def _check_inputs(
         self, op: str, state: _State | None, inputs: Mapping[str, DataFrame]
@@ -606,19 +646,6 @@ class IncrementalView:
                     f"has {_describe(want)}; select and cast the columns to match"
                 )
         return out
-
-    def _late(self, op: str, name: str, staged: DataFrame, ttype: TimeType, front: list[Leaves], late: str) -> DataFrame:
-        if late == "advance":
-            return lift(staged, ttype, front).select(*staged.columns)
-        bad = staged.where(~in_future(staged, ttype, front)).select(TIME).limit(5).collect()
-        if bad:
-            n = staged.where(~in_future(staged, ttype, front)).count()
-            raise LateUpdateError(
-                f"{op}: input `{name}` has {n} update(s) at times not in the future of the view's frontier "
-                f"{_frontier_value(ttype, front)!r} (e.g. time {bad[0][TIME]!r}); the view already returned its "
-                "output there. Send them at later times, or pass late='advance' to count them from the frontier on."
-            )
-        return staged
 
     def _check_output(self, op: str, result: Any, ttype: TimeType, state: _State | None) -> T.StructType:
         if not isinstance(result, DataFrame):
@@ -739,6 +766,21 @@ class IncrementalView:
         return ttype.decode_value((nxt,))
 
 
+def _late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:
+    """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update."""
+    msg = F.concat(
+        F.lit(f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "),
+        F.col(TIME).cast("string"),
+        F.lit(
+            f", not in the future of the view's frontier {_frontier_value(ttype, front)!r}; the view already "
+            "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
+            "frontier on."
+        ),
+    )
+    guarded = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg))
+    return df.withColumn(TIME, guarded)
+
+
 def _consolidate(df: DataFrame) -> DataFrame:
     data = [c for c in df.columns if c not in (TIME, DIFF)]
     return (
@@ -782,7 +824,14 @@ def _describe(cols: Mapping[str, T.DataType]) -> str:
     return "{" + ", ".join(f"{c}: {t.simpleString()}" for c, t in cols.items()) + "}"
 
 
-def incremental(path: str, query: Callable[..., DataFrame], *, spark: SparkSession | None = None, keep: int = 2) -> IncrementalView:
+def incremental(
+    path: str,
+    query: Callable[..., DataFrame],
+    *,
+    spark: SparkSession | None = None,
+    keep: int = 2,
+    compact: bool | None = None,
+) -> IncrementalView:
     """A view of ``query`` kept up to date from state stored under ``path``.
 
     ``query`` is a function of named collections (its parameter names are the
@@ -792,6 +841,16 @@ def incremental(path: str, query: Callable[..., DataFrame], *, spark: SparkSessi
     newest committed version (give the same query).  ``keep`` committed versions
     are kept (at least 2: the current one and the one before).  One writer per
     ``path`` at a time.
+
+    ``compact`` says whether the stored inputs are compacted to the frontier
+    (their size then follows the live data, not its history).  Left unset, they
+    are, unless the query uses ``differentiate``, ``dd_delay`` or ``dd_asof_join``:
+    those read the *changes* of their input, so the output at later times depends
+    on when earlier updates happened, and the view then keeps the inputs' full
+    history (exact; each update then costs the size of that history; a warning is
+    logged).  ``compact=True`` makes that case an :class:`IncrementalStateError`;
+    ``compact=False`` never compacts the inputs.  The returned output is exact in
+    every case.
 
     >>> import spark_differential as sd, tempfile
     >>> spark = sd.session()
@@ -809,7 +868,7 @@ def incremental(path: str, query: Callable[..., DataFrame], *, spark: SparkSessi
         raise TypeError(f"sd.incremental: path must be a non-empty string, got {path!r}")
     if spark is None:
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    return IncrementalView(spark, path, query, keep=keep)
+    return IncrementalView(spark, path, query, keep=keep, compact=compact)
 
 
 __all__ = ["IncrementalView", "incremental", "lift", "lift_updates", "upset_coefficients"]
