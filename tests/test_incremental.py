@@ -472,3 +472,11 @@ def test_structured_streaming_example_keeps_the_view_current(spark, tmp_path) ->
     assert res["updates"] > 0 and res["mismatches"] == 0
     batches = sorted(p.name for p in (tmp_path / "stream" / "out").iterdir() if p.name.startswith("batch="))
     assert batches == ["batch=0", "batch=1"]
+
+
+def test_doctests(spark) -> None:
+    import doctest
+
+    module = sys.modules["spark_differential.incremental"]  # sd.incremental is the function of the same name
+    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted > 10 and res.failed == 0
