@@ -159,11 +159,12 @@ def dir_size(path: str) -> int:
 
 
 def state_size(path: str) -> int:
-    """Bytes of the newest committed version's files."""
+    """Bytes of the files the newest committed version names (its inputs, output so far, and last output)."""
     manifests = sorted(f for f in os.listdir(os.path.join(path, "_manifests")) if f.endswith(".json") and f[0] == "v")
     with open(os.path.join(path, "_manifests", manifests[-1]), encoding="utf-8") as fh:
-        directory = json.load(fh)["directory"]
-    return dir_size(os.path.join(path, directory))
+        files = json.load(fh)["files"]
+    named = [files["output"], *files["emitted"], *[p for fs in files["inputs"].values() for p in fs]]
+    return sum(dir_size(os.path.join(path, p)) for p in set(named))
 
 
 def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str) -> list[dict[str, Any]]:

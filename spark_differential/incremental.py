@@ -311,7 +311,16 @@ class _State:
     batch_id: int | None
     inputs: dict[str, T.StructType]
     output: T.StructType
+    input_files: dict[str, list[str]]
+    emitted_files: list[str]
     compacted: bool = True
+
+    def referenced(self) -> set[str]:
+        """The version directories this version's files live in."""
+        paths = [f"{self.directory}/output", *self.emitted_files]
+        for files in self.input_files.values():
+            paths += files
+        return {p.split("/", 1)[0] for p in paths}
 
     @property
     def ttype(self) -> TimeType:
@@ -330,8 +339,8 @@ class _State:
                 "output": json.loads(self.output.json()),
                 "compacted": self.compacted,
                 "files": {
-                    "inputs": {n: f"{self.directory}/inputs/{n}" for n in self.inputs},
-                    "emitted": f"{self.directory}/emitted",
+                    "inputs": self.input_files,
+                    "emitted": self.emitted_files,
                     "output": f"{self.directory}/output",
                 },
                 "committed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -354,6 +363,8 @@ class _State:
             batch_id=None if m["batch_id"] is None else int(m["batch_id"]),
             inputs={n: T.StructType.fromJson(s) for n, s in m["inputs"].items()},
             output=T.StructType.fromJson(m["output"]),
+            input_files={n: [str(p) for p in fs] for n, fs in m["files"]["inputs"].items()},
+            emitted_files=[str(p) for p in m["files"]["emitted"]],
             compacted=bool(m.get("compacted", True)),
         )
 
@@ -373,7 +384,13 @@ class IncrementalView:
     """A query's output kept up to date under ``path``; made by :func:`incremental`."""
 
     def __init__(
-        self, spark: SparkSession, path: str, query: Callable[..., DataFrame], keep: int = 2, compact: bool | None = None
+        self,
+        spark: SparkSession,
+        path: str,
+        query: Callable[..., DataFrame],
+        keep: int = 2,
+        compact: bool | None = None,
+        compact_every: int = 8,
     ) -> None:
         if not callable(query):
             raise TypeError(f"sd.incremental: query must be a function of named collections, got {type(query).__name__}")
@@ -383,6 +400,9 @@ class IncrementalView:
         self.query = query
         self.keep = keep
         self.compact = compact
+        if compact_every < 1:
+            raise ValueError("sd.incremental: compact_every must be at least 1")
+        self.compact_every = compact_every
         self._files = _Files(spark, path)
         self.path = self._files.root
 
@@ -426,8 +446,11 @@ class IncrementalView:
         state = self._state()
         return None if state is None else state.batch_id
 
-    def _read(self, rel: str, schema: T.StructType) -> DataFrame:
-        return self.spark.read.schema(schema).parquet(self._files.join(rel))
+    def _read(self, rel: str | Sequence[str], schema: T.StructType) -> DataFrame:
+        rels = [rel] if isinstance(rel, str) else list(rel)
+        if not rels:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*[self._files.join(r) for r in rels])
 
     def _empty_output(self, state: _State) -> DataFrame:
         return self.spark.createDataFrame([], state.output)
@@ -507,15 +530,20 @@ class IncrementalView:
         base = self._files.join(directory)
         self._files.mkdirs(base)
 
-        combined: dict[str, DataFrame] = {}
+        # each input is stored as a list of Parquet directories: the last compaction and the
+        # deltas staged since (any collection with the right accumulations in the future of
+        # the frontier will do); every `compact_every` files they are compacted into one
+        files: dict[str, list[str]] = {}
         for n in names:
             schema = schemas[n]
             cols = [f.name for f in schema.fields]
-            stored = self._read(f"{state.directory}/inputs/{n}", schema) if state is not None else None
+            files[n] = list(state.input_files[n]) if state is not None else []
             if n in new:
                 df = new[n][2].select(*cols)
                 if old_front is not None and late == "error":
                     df = _late_guard(op, n, df, ttype, old_front)
+                elif old_front is not None and late == "advance":
+                    df = lift(df, ttype, old_front).select(*cols)
                 try:
                     df.write.parquet(f"{base}/new/{n}")
                 except Exception as exc:
@@ -523,12 +551,8 @@ class IncrementalView:
                     if known is not None:
                         raise known from None
                     raise
-                staged = self._read(f"{directory}/new/{n}", schema)
-                if old_front is not None and late == "advance":
-                    staged = lift(staged, ttype, old_front).select(*cols)
-                combined[n] = staged if stored is None else stored.unionByName(staged)
-            else:
-                combined[n] = stored if stored is not None else self.spark.createDataFrame([], schema)
+                files[n].append(f"{directory}/new/{n}")
+        combined = {n: self._read(files[n], schemas[n]) for n in names}
 
         with recording() as history_ops:
             result = self.query(**combined)
@@ -536,8 +560,9 @@ class IncrementalView:
         out_schema = self._check_output(op, result, ttype, state)
         cols = [f.name for f in out_schema.fields]
         result = result.select(*cols)
-        if state is not None:
-            emitted_before = self._read(f"{state.directory}/emitted", state.output)
+        emitted_files = list(state.emitted_files) if state is not None else []
+        if emitted_files:
+            emitted_before = self._read(emitted_files, out_schema)
             result = result.unionByName(emitted_before.withColumn(DIFF, -F.col(DIFF)))
         if old_front is not None:
             fresh = lift(result, ttype, old_front)
@@ -547,14 +572,17 @@ class IncrementalView:
         complete.write.parquet(f"{base}/output")
         output = self._read(f"{directory}/output", out_schema)
 
-        emitted = output if state is None else emitted_before.unionByName(output)
-        _advance(emitted, ttype, new_front).select(*cols).write.parquet(f"{base}/emitted")
+        emitted_files.append(f"{directory}/output")
+        if len(emitted_files) > self.compact_every or state is None:
+            emitted = self._read(emitted_files, out_schema)
+            _advance(emitted, ttype, new_front).select(*cols).write.parquet(f"{base}/emitted")
+            emitted_files = [f"{directory}/emitted"]
         for n in names:
-            kept = _advance(combined[n], ttype, new_front) if compacted else _consolidate(combined[n])
-            kept.select(*[f.name for f in schemas[n].fields]).write.parquet(
-                f"{base}/inputs/{n}"
-            )
-        self._files.delete(f"{base}/new")
+            if files[n] and (len(files[n]) > self.compact_every or state is None or compacted != state.compacted):
+                merged = self._read(files[n], schemas[n])
+                kept = _advance(merged, ttype, new_front) if compacted else _consolidate(merged)
+                kept.select(*[f.name for f in schemas[n].fields]).write.parquet(f"{base}/inputs/{n}")
+                files[n] = [f"{directory}/inputs/{n}"]
         _hook("before-manifest")
 
         committed = _State(
@@ -565,6 +593,8 @@ class IncrementalView:
             batch_id=batch_id if batch_id is not None else (state.batch_id if state is not None else None),
             inputs=dict(schemas),
             output=out_schema,
+            input_files=files,
+            emitted_files=emitted_files,
             compacted=compacted,
         )
         self._files.mkdirs(self._files.join(MANIFESTS))
@@ -669,13 +699,13 @@ class IncrementalView:
         return schema
 
     def _clean_up(self) -> None:
-        """Keep the newest ``keep`` versions; delete older manifests, then unreferenced directories."""
+        """Keep the newest ``keep`` versions; delete older manifests, then the directories none of them uses."""
         manifests = self._manifests()
         for _, name in manifests[self.keep :]:
             self._files.delete(self._files.join(MANIFESTS, name))
-        live = set()
+        live: set[str] = set()
         for _, name in manifests[: self.keep]:
-            live.add(_State.from_json(self._files.read_text(self._files.join(MANIFESTS, name))).directory)
+            live |= _State.from_json(self._files.read_text(self._files.join(MANIFESTS, name))).referenced()
         newest = manifests[0][0] if manifests else 0
         for name in self._files.listdir(self.path):
             if _VERSION_DIR_RE.match(name) and name not in live and int(name[1:9]) <= newest:
@@ -831,6 +861,7 @@ def incremental(
     spark: SparkSession | None = None,
     keep: int = 2,
     compact: bool | None = None,
+    compact_every: int = 8,
 ) -> IncrementalView:
     """A view of ``query`` kept up to date from state stored under ``path``.
 
@@ -841,6 +872,11 @@ def incremental(
     newest committed version (give the same query).  ``keep`` committed versions
     are kept (at least 2: the current one and the one before).  One writer per
     ``path`` at a time.
+
+    Each update stages its new updates as one more Parquet directory per input
+    (and its output as one more for the output returned so far); every
+    ``compact_every`` updates an input's (or the output's) directories are merged
+    into one, advanced to the frontier and consolidated.
 
     ``compact`` says whether the stored inputs are compacted to the frontier
     (their size then follows the live data, not its history).  Left unset, they
@@ -868,7 +904,7 @@ def incremental(
         raise TypeError(f"sd.incremental: path must be a non-empty string, got {path!r}")
     if spark is None:
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    return IncrementalView(spark, path, query, keep=keep, compact=compact)
+    return IncrementalView(spark, path, query, keep=keep, compact=compact, compact_every=compact_every)
 
 
 __all__ = ["IncrementalView", "incremental", "lift", "lift_updates", "upset_coefficients"]

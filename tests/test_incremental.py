@@ -411,16 +411,28 @@ def test_bad_calls_are_named_errors_before_any_job(spark, tmp_path) -> None:
     assert resumed.frontier == 1
 
 
-def test_old_versions_are_cleaned_up(spark, tmp_path) -> None:
+@pytest.mark.parametrize("every", [1, 3])
+def test_old_versions_are_cleaned_up(spark, tmp_path, every: int) -> None:
+    """Two manifests stay; every directory one of them names stays, no other."""
     path = tmp_path / "v"
-    view = sd.incremental(str(path), counts)
+    view = sd.incremental(str(path), counts, compact_every=every)
+    got = []
     for i in range(4):
-        view.update(upto=i + 1, a=spark.createDataFrame([(1, i, i, 1)], SCHEMA))
-    dirs = sorted(p.name for p in path.iterdir() if p.name.startswith("v"))
+        got += rows_of(view.update(upto=i + 1, a=spark.createDataFrame([(1, i, i, 1)], SCHEMA)))
+    assert_updates_equal(consolidate(got), [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1), ((1, 2), 2, -1),
+                                            ((1, 3), 2, 1), ((1, 3), 3, -1), ((1, 4), 3, 1)])
+    dirs = sorted(p.name[:9] for p in path.iterdir() if p.name.startswith("v"))
     manifests = sorted(p.name for p in (path / "_manifests").iterdir() if p.name.endswith(".json"))
     assert manifests == ["v00000003.json", "v00000004.json"]
-    assert [d[:9] for d in dirs] == ["v00000003", "v00000004"]
-    assert json.loads((path / "_manifests" / manifests[-1]).read_text())["frontier"] == [[4]]
+    named = set()
+    for m in manifests:
+        files = json.loads((path / "_manifests" / m).read_text())["files"]
+        named |= {p.split("/")[0][:9] for p in [files["output"], *files["emitted"], *files["inputs"]["a"]]}
+    assert dirs == sorted(named)
+    # compact_every=1 merges at every update; with 3, version 3 still names the deltas of versions 1-3
+    assert dirs == (["v00000003", "v00000004"] if every == 1 else ["v00000001", "v00000002", "v00000003", "v00000004"])
+    last = json.loads((path / "_manifests" / manifests[-1]).read_text())
+    assert last["frontier"] == [[4]]
 
 
 KILLED = r"""
