@@ -12,16 +12,18 @@ in the future of the last ``T``, row for row.
 
 What is stored (Parquet, under ``path``), per committed version:
 
-* each input: the union of everything received, advanced by ``T`` with
-  ``advance(t, T) = meet_{f in T} join(t, f)`` and consolidated (seed 004: this
-  keeps the accumulation at every time in the future of ``T``, so it holds about
-  the live size of the input, not its history);
-* ``P``: the output returned so far, advanced by ``T`` and consolidated;
+* each input: everything received, as its last compaction (advanced by the
+  frontier of that moment with ``advance(t, F) = meet_{f in F} join(t, f)`` and
+  consolidated; seed 004: this keeps the accumulation at every time in the future
+  of ``F``, so it holds about the live size of the input, not its history) plus the
+  new updates of each update since (deltas), merged every ``compact_every`` updates;
+* ``P``: the output returned so far, stored the same way;
 * the output of this version's update (what :meth:`update` returned).
 
-Why the returned output is exact.  Let ``S`` be the stored inputs (advanced by
-``F``), ``D`` the new updates and ``I`` everything received.  For every ``g`` in the
-future of ``F``, ``S ∪ D`` accumulates at ``g`` to what ``I`` does, so
+Why the returned output is exact.  Let ``S`` be the stored inputs (a compaction
+to an earlier frontier plus deltas), ``D`` the new updates and ``I`` everything
+received.  For every ``g`` in the future of ``F``, ``S ∪ D`` accumulates at ``g``
+to what ``I`` does (compaction keeps those accumulations; seed 004), so
 ``Q = query(S ∪ D)`` accumulates there to what ``query(I)`` does; and ``P``
 accumulates there to what the output already returned does.  The part ``R`` of
 ``query(I)`` at times in the future of ``F`` is supported there and accumulates
@@ -30,7 +32,12 @@ supported on the future of ``F`` with the same accumulations there
 (inclusion-exclusion over the elements of ``F``), so ``R = lift(Q - P, F)``
 exactly; the update returns ``R`` at the times not in the future of ``T``.  Later
 updates only add input updates in the future of ``T``, which change the output's
-differences only there, so what is returned is final.
+differences only there, so what is returned is final.  (This needs the query's
+output at each time to be a function of its inputs' accumulations at that time;
+``differentiate``/``dd_asof_join`` are not, and a query using them keeps its
+inputs uncompacted, see :func:`incremental`.  In the random tests ``Q - P`` never
+had updates outside the future of ``F``, so ``lift`` acts in practice on late
+updates moved with ``late="advance"``; it is kept because the argument needs it.)
 
 Each committed version ends with one manifest file (JSON, written to a temporary
 name and renamed), naming the frontier, the state files and the last batch id;
