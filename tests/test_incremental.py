@@ -238,10 +238,13 @@ def test_update_rule_is_exact_pure_python(name: str, seed: int) -> None:
 
 
 def run_view(spark: Any, path: str, query: Callable[..., DataFrame], inputs: dict[str, Coll], steps: list, lat: Any) -> list:
-    """Every update through a fresh view object (so each resumes from the stored manifest)."""
+    """Every update through a fresh view object (so each resumes from the stored manifest).
+
+    ``compact_every=2``: the stored inputs and output are merged and compacted every other
+    update, so both the deltas and the merged state are read by later updates."""
     got: list = []
     for i, (upto, new) in enumerate(steps):
-        view = sd.incremental(path, query)
+        view = sd.incremental(path, query, compact_every=2)
         dfs = {n: sdf(spark, Coll(inputs[n].cols, ups), lat) for n, ups in new.items() if ups or i == 0}
         out = view.update(upto=upto[0] if isinstance(lat, Total) else upto, **dfs)
         rows = rows_of(out)
