@@ -496,3 +496,19 @@ def test_doctests(spark) -> None:
     module = sys.modules["spark_differential.incremental"]  # sd.incremental is the function of the same name
     res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert res.attempted > 10 and res.failed == 0
+
+
+def test_foreach_batch_replay_hands_the_same_output_again(spark, tmp_path) -> None:
+    """foreachBatch is at-least-once: a replayed micro-batch changes nothing and the sink sees the same rows."""
+    view = sd.incremental(str(tmp_path / "v"), counts)
+    seen: list[tuple[int, list]] = []
+    fn = view.foreach_batch(lambda out, i: seen.append((i, sorted(rows_of(out)))), time="ts")
+    batch0 = spark.createDataFrame([(1, 1, 0), (1, 2, 1)], "k long, x long, ts long")
+    fn(batch0, 0)
+    assert view.frontier == 2  # the batch's largest time + 1
+    fn(batch0, 0)  # replayed
+    fn(spark.createDataFrame([(2, 1, 3)], "k long, x long, ts long"), 1)
+    fn(spark.createDataFrame([], "k long, x long, ts long"), 2)  # empty: nothing happens
+    first = [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1)]
+    assert seen == [(0, first), (0, first), (1, [((2, 1), 3, 1)])]
+    assert view.frontier == 4 and view.batch_id == 1
