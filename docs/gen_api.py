@@ -43,7 +43,7 @@ def render() -> str:
     def entry(qual: str, fn: object) -> None:
         target = getattr(fn, "__wrapped__", fn)
         try:
-            sig = str(inspect.signature(target))
+            sig = "" if isinstance(target, property) else str(inspect.signature(target))
         except (TypeError, ValueError):
             sig = "(...)"
         out.append(f"### `{qual}{sig}`")
@@ -57,6 +57,10 @@ def render() -> str:
         for n in names:
             fn = getattr(sd, n)
             entry(("" if n.startswith("dd_") or n in ("differentiate", "integrate") else "sd.") + n, fn)
+    out += ["## Incremental views", "", "See [incremental.md](incremental.md).", ""]
+    entry("sd.incremental", sd.incremental)
+    for n in ("update", "frontier", "batch_id", "foreach_batch"):
+        entry(f"IncrementalView.{n}", getattr(sd.IncrementalView, n))
     out += ["## spark_differential.algorithms", ""]
     for n in ALGORITHMS:
         entry(f"algorithms.{n}", getattr(algorithms, n))

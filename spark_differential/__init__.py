@@ -20,8 +20,10 @@ from .changes import dd_to_intervals, from_cdc, from_change_feed, from_intervals
 from .collection import collection, dd_as_of, from_snapshots, from_upserts
 from .errors import (
     IterationLimitExceeded,
+    LateUpdateError,
     SparkDifferentialError,
 )
+from .incremental import IncrementalView, incremental
 from .operators.consolidate import dd_consolidate
 from .operators.join import dd_antijoin, dd_join, dd_semijoin
 from .operators.linear import dd_concat, dd_negate
@@ -83,7 +85,9 @@ METHODS = {
 register(METHODS)
 
 __all__ = [
+    "IncrementalView",
     "IterationLimitExceeded",
+    "LateUpdateError",
     "SparkDifferentialError",
     "collection",
     "errors",
@@ -92,6 +96,7 @@ __all__ = [
     "from_intervals",
     "from_snapshots",
     "from_upserts",
+    "incremental",
     "session",
     "sql",
     *METHODS,

@@ -33,6 +33,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ._history import note as _note_history
 from .collection import DIFF, TIME, CollectionSchema, UpsertLog, as_columns, inspect, require_columns, upsert_log
 from .errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
 from .execution import Input, execute, finish, kernel_fields, key_casts, run, time_fields
@@ -66,6 +67,7 @@ def differentiate(df: DataFrame) -> DataFrame:
     <BLANKLINE>
     """
     op = "differentiate"
+    _note_history(op)  # incremental views keep the inputs of this query uncompacted
     cs = inspect(df, op=op)
     if isinstance(cs.ttype, Loop):
         raise TimeTypeError(f"{op}: differentiate inside a dd_iterate body is not supported; differentiate outside the loop")
@@ -119,6 +121,7 @@ def dd_delay(df: DataFrame) -> DataFrame:
     <BLANKLINE>
     """
     op = "dd_delay"
+    _note_history(op)  # incremental views keep the inputs of this query uncompacted
     cs = inspect(df, op=op)
     if isinstance(cs.ttype, Loop):
         raise TimeTypeError(f"{op}: dd_delay inside a dd_iterate body is not supported")
@@ -191,6 +194,7 @@ def dd_asof_join(
     <BLANKLINE>
     """
     op = "dd_asof_join"
+    _note_history(op)  # incremental views keep the inputs of this query uncompacted
     if how not in ("inner", "left"):
         raise ValueError(f"{op}: how must be 'inner' or 'left', got {how!r}")
     if method not in ("auto", "kernel", "calculus", "upserts"):

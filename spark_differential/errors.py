@@ -95,6 +95,14 @@ class ConfigurationError(SparkDifferentialError, ValueError):
     """A ``spark_differential.*`` Spark configuration value that cannot be used."""
 
 
+class LateUpdateError(SparkDifferentialError, ValueError):
+    """An incremental view received updates at times its frontier already closed (see ``sd.incremental``)."""
+
+
+class IncrementalStateError(SparkDifferentialError, RuntimeError):
+    """An incremental view's stored state cannot be used, or the view was used in a way it cannot support."""
+
+
 class SqlError(SparkDifferentialError, ValueError):
     """A SQL query given to :func:`spark_differential.sql` is malformed or unsupported."""
 
@@ -111,7 +119,14 @@ def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
     where the library itself runs a job it re-raises them with their own type.
     """
     text = str(exc)
-    for cls in (NullValueError, ChangeDataError, NegativeMultiplicityError, OutputSchemaError, UserFunctionError):
+    for cls in (
+        NullValueError,
+        ChangeDataError,
+        NegativeMultiplicityError,
+        OutputSchemaError,
+        UserFunctionError,
+        LateUpdateError,
+    ):
         marker = f"{cls.__name__}: "
         at = text.find(marker)
         if at >= 0:
@@ -126,8 +141,10 @@ __all__ = [
     "DiffTypeError",
     "EnvironmentError_",
     "FrontierError",
+    "IncrementalStateError",
     "IterationError",
     "IterationLimitExceeded",
+    "LateUpdateError",
     "MissingColumnError",
     "NegativeMultiplicityError",
     "NullValueError",

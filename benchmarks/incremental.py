@@ -1,0 +1,265 @@
+"""Incremental views (issue 22): sustained latency of successive updates, against one-shot recomputation.
+
+What is measured
+    Two workloads, each fed to ``sd.incremental`` in ``--updates`` successive updates
+    of ``--changes`` changes each (update ``i`` carries the changes at time ``i`` and
+    declares the inputs complete below ``i + 1``):
+
+    * ``view``: the versioned-view query of ``benchmarks/versioned_view.py``:
+      ``orders JOIN customers USING (customer_id)``, then the number of rows per
+      ``region``.  Update 0 holds the initial tables (``--customers`` customers,
+      ``--orders`` orders); each later update changes orders (60% amount updates
+      as ``-old, +new``, 20% inserts, 20% deletes) and customers (1 change in 10 is
+      a customer's region update).
+    * ``bfs``: seed 001's BFS (1,000 nodes, a sliding window of 2,000 edges; update
+      0 holds the initial edges and the root, each later update ``--changes`` edge
+      changes, all at one time).
+
+    Per update: the wall time of ``view.update(...)`` plus reading its output
+    (``count()``); the size on disk of the committed version's files (the state).
+    After every ``--oneshot-every``-th update, the same query is recomputed one-shot
+    over the whole change log so far (the log is appended to Parquet as it grows),
+    in the same session, and its time is reported next to the update's.
+
+    The issue's targets (at ``--updates 1000``): per-update time after 1,000
+    updates at most 1.2x the time after 10, stored state flat.  This is stage 1 of
+    issue 22: each update re-runs the query over the compacted inputs, so its cost
+    follows the live size of the inputs (flat when they are), not the size of the
+    changes.
+
+    python benchmarks/incremental.py --updates 20
+    python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from common import base_parser, log, make_spark
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+import spark_differential as sd  # noqa: E402
+
+
+def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
+    return orders.dd_join(customers, on="customer_id").dd_count(by="region")
+
+
+def bfs(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    e = edges.withColumnRenamed("src", "node")
+    return roots.dd_iterate(
+        lambda d: d.dd_join(e, on="node")
+        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+        .dd_concat(d)
+        .dd_min(by="node", col="dist")
+    )
+
+
+class ViewWorkload:
+    """Orders and customers with their changes, one batch of changes per time."""
+
+    query = staticmethod(per_region)
+
+    def __init__(self, customers: int, orders: int, changes: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.changes = changes
+        self.regions = 50
+        self.cust_region = self.rng.integers(0, self.regions, customers)
+        self.order_cust = self.rng.integers(0, customers, orders)
+        self.order_amount = self.rng.integers(1, 1000, orders)
+        self.live = np.ones(orders, dtype=bool)
+
+    def initial(self) -> dict[str, pd.DataFrame]:
+        n = len(self.order_cust)
+        orders = pd.DataFrame({"order_id": np.arange(n), "customer_id": self.order_cust, "amount": self.order_amount,
+                               "time": 0, "diff": 1})
+        customers = pd.DataFrame({"customer_id": np.arange(len(self.cust_region)),
+                                  "region": [f"r{r}" for r in self.cust_region], "time": 0, "diff": 1})
+        return {"orders": orders, "customers": customers}
+
+    def step(self, t: int) -> dict[str, pd.DataFrame]:
+        rng = self.rng
+        n_cust = self.changes // 10
+        n_ord = self.changes - n_cust
+        o_rows: list[tuple[int, int, int, int]] = []
+        live_ids = np.flatnonzero(self.live)
+        kinds = rng.choice(3, n_ord, p=[0.6, 0.2, 0.2])
+        picked = rng.choice(live_ids, n_ord, replace=False)
+        for kind, oid in zip(kinds, picked):
+            if kind == 0:  # amount update
+                new = int(rng.integers(1, 1000))
+                o_rows += [(oid, self.order_cust[oid], self.order_amount[oid], -1), (oid, self.order_cust[oid], new, 1)]
+                self.order_amount[oid] = new
+            elif kind == 1:  # insert
+                nid = len(self.order_cust)
+                cust, amount = int(rng.integers(0, len(self.cust_region))), int(rng.integers(1, 1000))
+                self.order_cust = np.append(self.order_cust, cust)
+                self.order_amount = np.append(self.order_amount, amount)
+                self.live = np.append(self.live, True)
+                o_rows.append((nid, cust, amount, 1))
+            else:  # delete
+                o_rows.append((oid, self.order_cust[oid], self.order_amount[oid], -1))
+                self.live[oid] = False
+        c_rows = []
+        for cid in rng.choice(len(self.cust_region), n_cust, replace=False):
+            new = int(rng.integers(0, self.regions))
+            c_rows += [(cid, f"r{self.cust_region[cid]}", -1), (cid, f"r{new}", 1)]
+            self.cust_region[cid] = new
+        orders = pd.DataFrame(o_rows, columns=["order_id", "customer_id", "amount", "diff"]).assign(time=t)
+        customers = pd.DataFrame(c_rows, columns=["customer_id", "region", "diff"]).assign(time=t)
+        return {"orders": orders[["order_id", "customer_id", "amount", "time", "diff"]],
+                "customers": customers[["customer_id", "region", "time", "diff"]]}
+
+
+class BfsWorkload:
+    """Seed 001's sliding window of edges; the root is node 0."""
+
+    query = staticmethod(bfs)
+
+    def __init__(self, nodes: int, edges: int, changes: int, updates: int, seed: int) -> None:
+        from _workload import edge_updates
+
+        ups = edge_updates(nodes, edges, changes * updates, batch=changes, seed=seed)
+        self.by_time = dict(tuple(ups.groupby("time")))
+
+    def initial(self) -> dict[str, pd.DataFrame]:
+        return {"roots": pd.DataFrame({"node": [0], "dist": [0], "time": [0], "diff": [1]}),
+                "edges": self.by_time[0]}
+
+    def step(self, t: int) -> dict[str, pd.DataFrame]:
+        return {"edges": self.by_time[t]}
+
+
+SCHEMAS = {
+    "orders": "order_id long, customer_id long, amount long, time long, diff long",
+    "customers": "customer_id long, region string, time long, diff long",
+    "roots": "node long, dist long, time long, diff long",
+    "edges": "src long, dst long, time long, diff long",
+}
+
+
+def dir_size(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def state_size(path: str) -> int:
+    """Bytes of the files the newest committed version names (its inputs, output so far, and last output)."""
+    manifests = sorted(f for f in os.listdir(os.path.join(path, "_manifests")) if f.endswith(".json") and f[0] == "v")
+    with open(os.path.join(path, "_manifests", manifests[-1]), encoding="utf-8") as fh:
+        files = json.load(fh)["files"]
+    named = [files["output"], *files["emitted"], *[p for fs in files["inputs"].values() for p in fs]]
+    return sum(dir_size(os.path.join(path, p)) for p in set(named))
+
+
+def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str) -> list[dict[str, Any]]:
+    path, logdir = os.path.join(root, name, "state"), os.path.join(root, name, "log")
+    view = sd.incremental(path, work.query, spark=spark)
+    rows: list[dict[str, Any]] = []
+    for i in range(updates + 1):
+        batch = work.initial() if i == 0 else work.step(i)
+        dfs = {n: spark.createDataFrame(pdf, SCHEMAS[n]) for n, pdf in batch.items()}
+        for n, pdf in batch.items():  # the change log so far, for the one-shot runs
+            os.makedirs(os.path.join(logdir, n), exist_ok=True)
+            pdf.to_parquet(os.path.join(logdir, n, f"part-{i:06d}.parquet"), index=False)
+        t0 = time.perf_counter()
+        out = view.update(upto=i + 1, batch_id=i, **dfs)
+        n_out = out.count()
+        took = time.perf_counter() - t0
+        row: dict[str, Any] = {"update": i, "seconds": took, "output_rows": n_out, "state_bytes": state_size(path)}
+        if i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
+            inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
+                      if os.path.isdir(os.path.join(logdir, n))}
+            t0 = time.perf_counter()
+            work.query(**inputs).write.format("noop").mode("overwrite").save()
+            row["oneshot_seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        log(f"{name} update {i}: {took:.2f}s, {n_out} output rows, state {row['state_bytes'] / 1e6:.2f} MB"
+            + (f"; one-shot {row['oneshot_seconds']:.2f}s" if "oneshot_seconds" in row else ""))
+    return rows
+
+
+def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    """Mean update time over ``window`` updates ending at update 10 and at the last one."""
+    last = rows[-1]["update"]
+    early = [r["seconds"] for r in rows if 10 - window < r["update"] <= 10]
+    late = [r["seconds"] for r in rows if last - window < r["update"] <= last]
+    one10 = next((r.get("oneshot_seconds") for r in rows if r["update"] == 10), None)
+    one_n = rows[-1].get("oneshot_seconds")
+    s = {
+        "workload": name,
+        "updates": last,
+        "per_update_at_10": float(np.mean(early)) if early else None,
+        "per_update_at_N": float(np.mean(late)) if late else None,
+        "state_bytes_at_10": next((r["state_bytes"] for r in rows if r["update"] == 10), None),
+        "state_bytes_at_N": rows[-1]["state_bytes"],
+        "oneshot_at_10": one10,
+        "oneshot_at_N": one_n,
+    }
+    if s["per_update_at_10"] and s["per_update_at_N"]:
+        s["ratio_N_vs_10"] = s["per_update_at_N"] / s["per_update_at_10"]
+    if one_n and rows[-1]["seconds"]:
+        s["oneshot_vs_update_at_N"] = one_n / rows[-1]["seconds"]
+    return s
+
+
+def main() -> int:
+    ap: argparse.ArgumentParser = base_parser(__doc__.splitlines()[0])
+    ap.add_argument("--updates", type=int, default=20, help="successive updates after the initial one (issue: 1000)")
+    ap.add_argument("--changes", type=int, default=1000, help="changes per update (default 1000)")
+    ap.add_argument("--workload", choices=["view", "bfs", "both"], default="both")
+    ap.add_argument("--customers", type=int, default=10_000)
+    ap.add_argument("--orders", type=int, default=100_000)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--edges", type=int, default=2000)
+    ap.add_argument("--oneshot-every", type=int, default=1, help="recompute one-shot after every k-th update (0: never)")
+    ap.add_argument("--window", type=int, default=5, help="updates averaged at 10 and at N (default 5)")
+    args = ap.parse_args()
+    if args.updates < 10:
+        ap.error("--updates must be at least 10 (the time after 10 updates is the reference)")
+    spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4"})
+    root = args.data_dir or tempfile.mkdtemp(prefix="sd-incremental-")
+    summaries = []
+    try:
+        if args.workload in ("view", "both"):
+            work = ViewWorkload(args.customers, args.orders, args.changes, args.seed)
+            summaries.append(summarize("view", run(spark, "view", work, args.updates, args.oneshot_every, root), args.window))
+        if args.workload in ("bfs", "both"):
+            work = BfsWorkload(args.nodes, args.edges, args.changes, args.updates, args.seed)
+            summaries.append(summarize("bfs", run(spark, "bfs", work, args.updates, args.oneshot_every, root), args.window))
+    finally:
+        if not args.keep_data and not args.data_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"{'workload':<8} {'N':>5} {'update@10':>10} {'update@N':>10} {'N/10':>6} {'state@10':>10} {'state@N':>10}"
+          f" {'1shot@10':>9} {'1shot@N':>9} {'1shot/upd@N':>11}")
+    for s in summaries:
+        def f(x: Any, fmt: str) -> str:
+            return "-" if x is None else format(x, fmt)
+        print(f"{s['workload']:<8} {s['updates']:>5} {f(s['per_update_at_10'], '.2f'):>9}s {f(s['per_update_at_N'], '.2f'):>9}s"
+              f" {f(s.get('ratio_N_vs_10'), '.2f'):>6} {f(s['state_bytes_at_10'] and s['state_bytes_at_10'] / 1e6, '.2f'):>8}MB"
+              f" {f(s['state_bytes_at_N'] / 1e6, '.2f'):>8}MB {f(s['oneshot_at_10'], '.2f'):>8}s {f(s['oneshot_at_N'], '.2f'):>8}s"
+              f" {f(s.get('oneshot_vs_update_at_N'), '.2f'):>10}x")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"summaries": summaries, "args": vars(args)}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,514 @@
+"""Incremental views (``sd.incremental``) against the oracle.
+
+On ``(data, time, diff)``: inputs arrive in successive updates, each with a new
+frontier ``T``; every update returns the output at the times that became complete
+(in the future of the old frontier, not of ``T``).  The meaning checked here: for
+random inputs split at random into successive updates (rows may arrive before their
+time is complete, never after), the union of everything returned, consolidated,
+equals the oracle's one-shot output restricted to the times not in the future of
+the last ``T``, row for row.
+
+* Pure Python (no Spark): :func:`lift_updates` keeps accumulations exactly in the
+  future of a frontier, and the update rule (stored inputs and returned output
+  advanced to the frontier, ``lift(query(stored ∪ new) - returned)``) is exact, with
+  multi-element antichain frontiers over product times.
+* Spark: joins and every reduction (many operators in one view, integer and product
+  times), as-of joins, BFS with ``dd_iterate``; batch ids; late updates; resuming;
+  schema checks before any job; an update killed before its manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from helpers import rows_of
+from hypothesis import given, settings
+from oracle import (
+    Coll,
+    Product,
+    Total,
+    acc,
+    antichain,
+    assert_updates_equal,
+    consolidate,
+    is_consolidated,
+    ref_antijoin,
+    ref_asof_join,
+    ref_bfs,
+    ref_consolidate,
+    ref_count,
+    ref_distinct,
+    ref_join,
+    ref_max,
+    ref_min,
+    ref_semijoin,
+    ref_sum,
+    st_coll,
+    st_frontier,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from spark_support import no_spark_job, sdf
+
+import spark_differential as sd
+from spark_differential import lattice as L
+from spark_differential.errors import (
+    FrontierError,
+    IncrementalStateError,
+    LateUpdateError,
+    SchemaMismatchError,
+    TimeTypeMismatchError,
+)
+from spark_differential.incremental import KILL_ENV, lift_updates
+
+P2 = Product([Total(), Total()])
+LIB = {"int": L.Total(), "product2": L.Product((("a", L.Total()), ("b", L.Total())))}
+LAT = {"int": Total(), "product2": P2}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def leaves(lat: Any, t: Any) -> tuple[int, ...]:
+    return (t,) if isinstance(lat, Total) else tuple(t)
+
+
+def unleaves(lat: Any, t: Sequence[int]) -> Any:
+    return t[0] if isinstance(lat, Total) else tuple(t)
+
+
+def in_future(lat: Any, frontier: Sequence[Any], t: Any) -> bool:
+    return any(lat.leq(f, t) for f in frontier)
+
+
+# -- pure Python: the claims the update rule rests on -----------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st_coll(["x"], P2, max_size=10, time_range=(0, 4)), st_frontier(P2, 0, 4, max_size=3))
+def test_lift_is_the_collection_supported_on_the_future_with_equal_accumulations(coll: Coll, frontier: list) -> None:
+    lifted = lift_updates(LIB["product2"], [(d, leaves(P2, t), r) for d, t, r in coll.updates], frontier)
+    out = [(d, unleaves(P2, t), r) for d, t, r in lifted]
+    assert is_consolidated(out)
+    assert all(in_future(P2, frontier, t) for _, t, _ in out)
+    for g in P2.grid(0, 6):
+        if in_future(P2, frontier, g):
+            assert acc(out, g, P2) == acc(coll, g, P2), g
+    # advancing (seed 004) also keeps those accumulations, but may leave the future of a 2-element frontier
+    advanced = ref_consolidate(coll, P2, frontier)
+    for g in P2.grid(0, 6):
+        if in_future(P2, frontier, g):
+            assert acc(advanced, g, P2) == acc(coll, g, P2)
+
+
+def next_frontier(rng: random.Random, lat: Any, prev: list | None, hi: int) -> list:
+    """A random frontier whose future lies inside ``prev``'s (any frontier when ``prev`` is None)."""
+    if isinstance(lat, Total):
+        lo = 0 if prev is None else prev[0]
+        return [rng.randint(lo, hi)]
+    picks = [lat.random(rng, 0, hi) for _ in range(rng.randint(1, 2))]
+    if prev is None:
+        return antichain(picks, lat)
+    return antichain([lat.join(a, f) for a in picks for f in prev], lat)
+
+
+def schedule(rng: random.Random, lat: Any, inputs: dict[str, Coll], steps: int, hi: int) -> list[tuple[list, dict[str, list]]]:
+    """Frontiers ``T_1 .. T_steps`` moving forward, and which updates each step delivers.
+
+    An update at time ``t`` is delivered at a random step whose old frontier has ``t``
+    in its future (the first step always qualifies): never late, sometimes early.
+    """
+    fronts: list[list] = []
+    prev = None
+    for _ in range(steps):
+        prev = next_frontier(rng, lat, prev, hi)
+        fronts.append(prev)
+    plan: list[dict[str, list]] = [{n: [] for n in inputs} for _ in range(steps)]
+    for n, c in inputs.items():
+        for u in c.updates:
+            allowed = [0] + [i for i in range(1, steps) if in_future(lat, fronts[i - 1], u[1])]
+            plan[rng.choice(allowed)][n].append(u)
+    return list(zip(fronts, plan))
+
+
+def simulate(
+    query: Callable[[dict[str, Coll]], Coll], inputs: dict[str, Coll], steps: list[tuple[list, dict[str, list]]], name: str
+) -> list:
+    """The update rule of ``spark_differential.incremental`` on oracle collections."""
+    lat, lib = LAT[name], LIB[name]
+    stored: dict[str, list] = {n: [] for n in inputs}
+    emitted: list = []
+    returned: list = []
+    front: list | None = None
+    for upto, new in steps:
+        cur = {n: Coll(c.cols, stored[n] + new[n]) for n, c in inputs.items()}
+        q = query(cur).updates
+        diff = consolidate(q + [(d, t, -r) for d, t, r in emitted])
+        if front is not None:
+            lifted = lift_updates(lib, [(d, leaves(lat, t), r) for d, t, r in diff], [leaves(lat, f) for f in front])
+            diff = [(d, unleaves(lat, t), r) for d, t, r in lifted]
+        out = [u for u in diff if not in_future(lat, upto, u[1])]
+        returned += out
+        emitted = consolidate((d, lat.advance(t, upto), r) for d, t, r in emitted + out)
+        stored = {n: ref_consolidate(cur[n], lat, upto).updates for n in inputs}
+        front = upto
+    return returned
+
+
+def expected(query: Callable[[dict[str, Coll]], Coll], inputs: dict[str, Coll], last: list, lat: Any) -> list:
+    return [u for u in query(inputs).updates if not in_future(lat, last, u[1])]
+
+
+ON = ("case", "k")
+
+
+def ref_many(lat: Any) -> Callable[[dict[str, Coll]], Coll]:
+    """Joins and reductions of ``a (case, k, x)`` and ``b (case, k, y)``, tagged by operator."""
+
+    def q(c: dict[str, Coll]) -> Coll:
+        a, b = c["a"], c["b"]
+        parts = {
+            "join": ref_join(a, b, ON, lat),
+            "count": ref_count(a, ON, lat),
+            "sum": ref_sum(a, ON, "x", lat),
+            "min": ref_min(b, ON, "y", lat),
+            "max": ref_max(b, ON, "y", lat),
+            "distinct": ref_distinct(a, lat),
+            "semijoin": ref_semijoin(a, b, ON, lat),
+            "antijoin": ref_antijoin(a, b, ON, lat),
+        }
+        ups = []
+        for op, part in parts.items():
+            for d, t, r in part.updates:
+                ups.append(((op, d[0], d[1], d[2], d[3] if len(d) > 3 else 0), t, r))
+        return Coll(("op", "case", "k", "v1", "v2"), consolidate(ups))
+
+    return q
+
+
+def many(a: DataFrame, b: DataFrame) -> DataFrame:
+    """The same operators through spark_differential, in one output collection."""
+    on = list(ON)
+    zero = F.lit(0).cast("long")
+
+    def tag(df: DataFrame, op: str, v1: Any, v2: Any) -> DataFrame:
+        return df.select(F.lit(op).alias("op"), "case", "k", v1.alias("v1"), v2.alias("v2"), "time", "diff")
+
+    x, y = F.col("x"), F.col("y")
+    return tag(a.dd_join(b, on=on), "join", x, y).dd_concat(
+        tag(a.dd_count(by=on), "count", F.col("count"), zero),
+        tag(a.dd_sum(by=on, col="x"), "sum", x, zero),
+        tag(b.dd_min(by=on, col="y"), "min", y, zero),
+        tag(b.dd_max(by=on, col="y"), "max", y, zero),
+        tag(a.dd_distinct(), "distinct", x, zero),
+        tag(a.dd_semijoin(b, on=on), "semijoin", x, zero),
+        tag(a.dd_antijoin(b, on=on), "antijoin", x, zero),
+    )
+
+
+def random_inputs(seed: int, lat: Any, n_cases: int, n: int, hi: int) -> dict[str, Coll]:
+    from oracle import random_coll
+
+    rng = random.Random(seed)
+    out: dict[str, list] = {"a": [], "b": []}
+    for case in range(n_cases):
+        for name, col in (("a", "x"), ("b", "y")):
+            c = random_coll(rng, ["k", col], rng.randint(0, n), lat, time_range=(0, hi))
+            out[name] += [((case, *d), t, r) for d, t, r in c.updates]
+    return {"a": Coll(("case", "k", "x"), out["a"]), "b": Coll(("case", "k", "y"), out["b"])}
+
+
+@pytest.mark.parametrize("name", ["int", "product2"])
+@pytest.mark.parametrize("seed", range(12))
+def test_update_rule_is_exact_pure_python(name: str, seed: int) -> None:
+    lat = LAT[name]
+    inputs = random_inputs(1000 + seed, lat, 3, 7, 4)
+    steps = schedule(random.Random(seed), lat, inputs, 4, 5)
+    got = simulate(ref_many(lat), inputs, steps, name)
+    assert is_consolidated(consolidate(got))
+    assert_updates_equal(consolidate(got), expected(ref_many(lat), inputs, steps[-1][0], lat))
+
+
+# -- Spark: the view against the oracle -----------------------------------------------------
+
+
+def run_view(spark: Any, path: str, query: Callable[..., DataFrame], inputs: dict[str, Coll], steps: list, lat: Any) -> list:
+    """Every update through a fresh view object (so each resumes from the stored manifest).
+
+    ``compact_every=2``: the stored inputs and output are merged and compacted every other
+    update, so both the deltas and the merged state are read by later updates."""
+    got: list = []
+    for i, (upto, new) in enumerate(steps):
+        view = sd.incremental(path, query, compact_every=2)
+        dfs = {n: sdf(spark, Coll(inputs[n].cols, ups), lat) for n, ups in new.items() if ups or i == 0}
+        out = view.update(upto=upto[0] if isinstance(lat, Total) else upto, **dfs)
+        rows = rows_of(out)
+        assert is_consolidated(rows)
+        assert all(not in_future(lat, upto, t) for _, t, _ in rows)
+        if i > 0:
+            assert all(in_future(lat, steps[i - 1][0], t) for _, t, _ in rows)
+        got += rows
+        front = sd.incremental(path, query).frontier
+        assert front == (upto[0] if isinstance(lat, Total) else sorted(upto))
+    return got
+
+
+@pytest.mark.parametrize("name", ["int", "product2"])
+def test_joins_and_reductions_in_successive_updates(spark, tmp_path, name: str) -> None:
+    lat = LAT[name]
+    inputs = random_inputs(7 + len(name), lat, 12, 7, 4)
+    # each update runs eight operators: three updates with integer times, two with product times
+    steps = schedule(random.Random(len(name)), lat, inputs, 3 if name == "int" else 2, 5)
+    got = run_view(spark, str(tmp_path / "view"), many, inputs, steps, lat)
+    assert_updates_equal(consolidate(got), expected(ref_many(lat), inputs, steps[-1][0], lat))
+
+
+def test_asof_join_in_successive_updates(spark, tmp_path) -> None:
+    lat = Total()
+    rng = random.Random(5)
+    orders = Coll(("item", "qty"), [((rng.randrange(3), rng.randrange(4)), rng.randint(0, 9), 1) for _ in range(25)])
+    price_ups = []
+    for item in range(3):  # each item's price changes at a few times: -old, +new
+        cur = None
+        for t in sorted(rng.sample(range(10), 4)):
+            new = rng.randrange(50)
+            if cur is not None:
+                price_ups.append(((item, cur), t, -1))
+            price_ups.append(((item, new), t, 1))
+            cur = new
+    inputs = {"orders": orders, "prices": Coll(("item", "price"), price_ups)}
+    steps = schedule(rng, lat, inputs, 3, 10)
+
+    def ref(c: dict[str, Coll]) -> Coll:
+        return ref_asof_join(c["orders"], c["prices"], "item", lat)
+
+    path = tmp_path / "asof"
+    got = run_view(spark, str(path), lambda orders, prices: orders.dd_asof_join(prices, on="item"), inputs, steps, lat)
+    assert_updates_equal(consolidate(got), expected(ref, inputs, steps[-1][0], lat))
+    # an as-of join reads its orders' changes, not their accumulation: the view keeps the full history
+    manifest = sorted((path / "_manifests").glob("v*.json"))[-1]
+    assert json.loads(manifest.read_text())["compacted"] is False
+    with pytest.raises(IncrementalStateError, match="uses dd_asof_join.*compact=False"):
+        sd.incremental(str(tmp_path / "strict"), lambda orders, prices: orders.dd_asof_join(prices, on="item"), compact=True).update(
+            upto=1, orders=sdf(spark, inputs["orders"], lat), prices=sdf(spark, inputs["prices"], lat)
+        )
+
+
+def bfs(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    """BFS distances as in seed 001 (join, +1, concat, min)."""
+    e = edges.withColumnRenamed("src", "node")
+    return roots.dd_iterate(
+        lambda d: d.dd_join(e, on="node")
+        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+        .dd_concat(d)
+        .dd_min(by="node", col="dist")
+    )
+
+
+def toggling_edges(rng: random.Random, nodes: int, pairs: int, hi: int) -> Coll:
+    """Edges that appear and disappear (diffs +1, -1, +1, … at increasing times)."""
+    ups = []
+    for _ in range(pairs):
+        s, d = rng.randrange(nodes), rng.randrange(nodes)
+        for i, t in enumerate(sorted(rng.sample(range(hi + 1), rng.randint(1, 3)))):
+            ups.append(((s, d), t, 1 if i % 2 == 0 else -1))
+    return Coll(("src", "dst"), ups)
+
+
+def test_bfs_with_dd_iterate_over_a_changing_graph(spark, tmp_path) -> None:
+    lat = Total()
+    rng = random.Random(11)
+    edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 8, 14, 9).updates))
+    roots = Coll(("node", "dist"), [((0, 0), 0, 1)])
+    inputs = {"roots": roots, "edges": edges}
+    steps = schedule(rng, lat, inputs, 4, 10)
+
+    def ref(c: dict[str, Coll]) -> Coll:
+        roots_ = Coll(("node",), [((d[0],), t, r) for d, t, r in c["roots"].updates])
+        return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), roots_, lat)
+
+    got = run_view(spark, str(tmp_path / "bfs"), bfs, inputs, steps, lat)
+    want = expected(ref, inputs, steps[-1][0], lat)
+    assert want, "the graph should give some distances"
+    assert_updates_equal(consolidate(got), want)
+
+
+# -- batch ids, late updates, resuming, schemas ------------------------------------------------
+
+SCHEMA = "k long, x long, time long, diff long"
+
+
+def counts(a: DataFrame) -> DataFrame:
+    return a.dd_count(by="k")
+
+
+def test_repeated_batch_id_changes_nothing(spark, tmp_path) -> None:
+    path = str(tmp_path / "v")
+    view = sd.incremental(path, counts)
+    first = spark.createDataFrame([(1, 1, 0, 1), (1, 2, 1, 1)], SCHEMA)
+    out0 = sorted(rows_of(view.update(upto=2, batch_id=0, a=first)))
+    other = spark.createDataFrame([(1, 3, 2, 1)], SCHEMA)
+    again = sorted(rows_of(view.update(upto=9, batch_id=0, a=other)))  # a replay: returns batch 0's output
+    assert again == out0 == [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1)]
+    assert view.frontier == 2 and view.batch_id == 0
+    out1 = sorted(rows_of(view.update(upto=3, batch_id=1, a=other)))
+    assert out1 == [((1, 2), 2, -1), ((1, 3), 2, 1)]
+    assert rows_of(view.update(upto=7, batch_id=0, a=other)) == []  # an older batch: nothing
+    assert view.frontier == 3 and view.batch_id == 1
+
+
+def test_late_updates_error_or_advance(spark, tmp_path) -> None:
+    path = str(tmp_path / "v")
+    view = sd.incremental(path, counts)
+    view.update(upto=5, a=spark.createDataFrame([(1, 1, 0, 1)], SCHEMA))
+    late = spark.createDataFrame([(1, 2, 3, 1), (2, 1, 6, 1)], SCHEMA)
+    with pytest.raises(LateUpdateError, match=r"input `a` has an update at time 3, not in the future of the view's frontier 5"):
+        view.update(upto=8, a=late)
+    assert view.frontier == 5  # nothing stored; the next update works
+    out = sorted(rows_of(view.update(upto=8, late="advance", a=late)))
+    # the update at time 3 counts from the frontier (5) on; the one at 6 where it is
+    assert out == [((1, 1), 5, -1), ((1, 2), 5, 1), ((2, 1), 6, 1)]
+
+
+def test_late_advance_over_a_two_element_frontier(spark, tmp_path) -> None:
+    """A late row counts at every time in the future of the frontier, and nowhere else."""
+    schema = "k long, x long, time struct<a: long, b: long>, diff long"
+    view = sd.incremental(str(tmp_path / "v"), counts)
+    view.update(upto=[(0, 2), (2, 0)], a=spark.createDataFrame([], schema))
+    late = spark.createDataFrame([(1, 1, (0, 0), 1)], schema)
+    out = sorted(rows_of(view.update(upto=[(9, 9)], late="advance", a=late)))
+    lat = P2
+    want = lift_updates(LIB["product2"], [((1, 1), (0, 0), 1)], [(0, 2), (2, 0)])
+    assert out == sorted((d, unleaves(lat, t), r) for d, t, r in want)
+    for g in lat.grid(0, 4):
+        assert acc(out, g, lat) == (acc([((1, 1), (0, 0), 1)], g, lat) if in_future(lat, [(0, 2), (2, 0)], g) else {})
+
+
+def test_bad_calls_are_named_errors_before_any_job(spark, tmp_path) -> None:
+    path = str(tmp_path / "v")
+    view = sd.incremental(path, lambda a, b: a.dd_join(b, on="k"))
+    a = spark.createDataFrame([(1, 1, 0, 1)], SCHEMA)
+    b = spark.createDataFrame([(1, 5, 0, 1)], "k long, y long, time long, diff long")
+    with no_spark_job(spark):
+        with pytest.raises(IncrementalStateError, match=r"takes \['a', 'b'\] but the update gave \['a'\]"):
+            view.update(upto=1, a=a)
+        with pytest.raises(TimeTypeMismatchError, match="`a` and `b` have different time types"):
+            view.update(upto=1, a=a, b=b.withColumn("time", F.col("time").cast("int")))
+        with pytest.raises(FrontierError, match="upto is required"):
+            view.update(upto=None, a=a, b=b)
+    view.update(upto=1, a=a, b=b)
+    resumed = sd.incremental(path, lambda a, b: a.dd_join(b, on="k"))
+    with no_spark_job(spark):
+        with pytest.raises(SchemaMismatchError, match=r"input `a` has data columns \{k: bigint, x: string\}"):
+            resumed.update(upto=2, a=a.withColumn("x", F.col("x").cast("string")))
+        with pytest.raises(TimeTypeMismatchError, match="input `b` has time type int"):
+            resumed.update(upto=2, b=b.withColumn("time", F.col("time").cast("int")))
+        with pytest.raises(IncrementalStateError, match="no input `c`"):
+            resumed.update(upto=2, c=a)
+        with pytest.raises(FrontierError, match="earlier than the view's frontier 1"):
+            resumed.update(upto=0, a=a)
+    assert resumed.frontier == 1
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_old_versions_are_cleaned_up(spark, tmp_path, every: int) -> None:
+    """Two manifests stay; every directory one of them names stays, no other."""
+    path = tmp_path / "v"
+    view = sd.incremental(str(path), counts, compact_every=every)
+    got = []
+    for i in range(4):
+        got += rows_of(view.update(upto=i + 1, a=spark.createDataFrame([(1, i, i, 1)], SCHEMA)))
+    assert_updates_equal(consolidate(got), [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1), ((1, 2), 2, -1),
+                                            ((1, 3), 2, 1), ((1, 3), 3, -1), ((1, 4), 3, 1)])
+    dirs = sorted(p.name[:9] for p in path.iterdir() if p.name.startswith("v"))
+    manifests = sorted(p.name for p in (path / "_manifests").iterdir() if p.name.endswith(".json"))
+    assert manifests == ["v00000003.json", "v00000004.json"]
+    named = set()
+    for m in manifests:
+        files = json.loads((path / "_manifests" / m).read_text())["files"]
+        named |= {p.split("/")[0][:9] for p in [files["output"], *files["emitted"], *files["inputs"]["a"]]}
+    assert dirs == sorted(named)
+    # compact_every=1 merges at every update; with 3, version 3 still names the deltas of versions 1-3
+    assert dirs == (["v00000003", "v00000004"] if every == 1 else ["v00000001", "v00000002", "v00000003", "v00000004"])
+    last = json.loads((path / "_manifests" / manifests[-1]).read_text())
+    assert last["frontier"] == [[4]]
+
+
+KILLED = r"""
+import json, sys
+import spark_differential as sd
+from pyspark.sql import functions as F
+spark = sd.session(master="local[1]", conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+path, out = sys.argv[1], sys.argv[2]
+view = sd.incremental(path, lambda a: a.dd_count(by="k"))
+rows = [(k, x, t, 1) for k, x, t in [(1, 1, 0), (1, 2, 1), (2, 1, 2)]]
+got = view.update(upto=2, a=spark.createDataFrame(rows, "k long, x long, time long, diff long"))
+json.dump([[list(r[:-2]), r[-2], r[-1]] for r in got.collect()], open(out, "w"))
+import os
+os.environ["SPARK_DIFFERENTIAL_INCREMENTAL_EXIT_AT"] = "before-manifest"
+more = [(3, 1, 3, 1), (1, 9, 4, 1)]
+view.update(upto=5, a=spark.createDataFrame(more, "k long, x long, time long, diff long"))
+print("not killed")
+"""
+
+
+def test_update_killed_before_its_manifest_then_resumed(spark, tmp_path) -> None:
+    path, out = str(tmp_path / "v"), str(tmp_path / "first.json")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop(KILL_ENV, None)
+    proc = subprocess.run([sys.executable, "-c", KILLED, path, out], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 77, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "not killed" not in proc.stdout
+    assert len([d for d in os.listdir(path) if d.startswith("v")]) == 2  # the killed update's files, no manifest
+    first = [(tuple(d), t, r) for d, t, r in json.load(open(out))]
+    view = sd.incremental(path, lambda a: a.dd_count(by="k"))
+    assert view.frontier == 2
+    more = spark.createDataFrame([(3, 1, 3, 1), (1, 9, 4, 1)], SCHEMA)
+    second = rows_of(view.update(upto=5, a=more))
+    assert len([d for d in os.listdir(path) if d.startswith("v")]) == 2  # the leftover is cleaned up
+    all_a = Coll(("k", "x"), [((1, 1), 0, 1), ((1, 2), 1, 1), ((2, 1), 2, 1), ((3, 1), 3, 1), ((1, 9), 4, 1)])
+    assert_updates_equal(consolidate(first + second), ref_count(all_a, "k", Total()).updates)
+
+
+def test_structured_streaming_example_keeps_the_view_current(spark, tmp_path) -> None:
+    """examples/incremental_stream.py: change-log files through foreachBatch, against the one-shot query."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("incremental_stream", os.path.join(ROOT, "examples", "incremental_stream.py"))
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    res = example.run(spark, str(tmp_path / "stream"), files=2, rows=40, customers=6)
+    assert res["frontier"] >= 11  # the last file's times are 10..19
+    assert res["updates"] > 0 and res["mismatches"] == 0
+    batches = sorted(p.name for p in (tmp_path / "stream" / "out").iterdir() if p.name.startswith("batch="))
+    assert batches == ["batch=0", "batch=1"]
+
+
+def test_doctests(spark) -> None:
+    import doctest
+
+    module = sys.modules["spark_differential.incremental"]  # sd.incremental is the function of the same name
+    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted > 10 and res.failed == 0
+
+
+def test_foreach_batch_replay_hands_the_same_output_again(spark, tmp_path) -> None:
+    """foreachBatch is at-least-once: a replayed micro-batch changes nothing and the sink sees the same rows."""
+    view = sd.incremental(str(tmp_path / "v"), counts)
+    seen: list[tuple[int, list]] = []
+    fn = view.foreach_batch(lambda out, i: seen.append((i, sorted(rows_of(out)))), time="ts")
+    batch0 = spark.createDataFrame([(1, 1, 0), (1, 2, 1)], "k long, x long, ts long")
+    fn(batch0, 0)
+    assert view.frontier == 2  # the batch's largest time + 1
+    fn(batch0, 0)  # replayed
+    fn(spark.createDataFrame([(2, 1, 3)], "k long, x long, ts long"), 1)
+    fn(spark.createDataFrame([], "k long, x long, ts long"), 2)  # empty: nothing happens
+    first = [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1)]
+    assert seen == [(0, first), (0, first), (1, [((2, 1), 3, 1)])]
+    assert view.frontier == 4 and view.batch_id == 1
