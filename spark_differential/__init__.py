@@ -21,6 +21,8 @@ from .collection import collection, dd_as_of, from_snapshots, from_upserts
 from .errors import (
     IterationLimitExceeded,
     SparkDifferentialError,
+    raising,
+    unwrap,
 )
 from .operators.consolidate import dd_consolidate
 from .operators.join import dd_antijoin, dd_join, dd_semijoin
@@ -92,7 +94,9 @@ __all__ = [
     "from_intervals",
     "from_snapshots",
     "from_upserts",
+    "raising",
     "session",
     "sql",
+    "unwrap",
     *METHODS,
 ]
