@@ -73,6 +73,11 @@ def _column_type(df: DataFrame, path: str, op: str, what: str) -> T.DataType:
     return dtype
 
 
+def _path_col(df: DataFrame, path: str) -> Column:
+    """The column named exactly ``path``, else the dotted path into structs (``source.ts_ms``)."""
+    return qcol(path) if path in df.columns else F.col(path)
+
+
 def _time_type(dtype: T.DataType, col: str, op: str, *, total: bool = False) -> TimeType:
     try:
         ttype = from_spark_type(dtype, where=col, allow_internal=False)
@@ -178,7 +183,7 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
             )
         )
     )
-    rows = df.select(*qcols(data), _guarded_time(qcol(time), ttype).alias(TIME), sign.cast("long").alias(DIFF))
+    rows = df.select(*qcols(data), _guarded_time(_path_col(df, time), ttype).alias(TIME), sign.cast("long").alias(DIFF))
     return consolidate_spark(rows, data)
 
 
@@ -253,7 +258,7 @@ def from_cdc(
     ttype = _time_type(_column_type(df, time, fn, "the time"), time, fn)
 
     def image(name: str, sign: int) -> Column:
-        row = F.struct(*[qcol(name).getField(f).alias(f) for f in fields])
+        row = F.struct(*[_path_col(df, name).getField(f).alias(f) for f in fields])
         return F.struct(row.alias("v"), F.lit(sign).cast("long").alias("d"))
 
     def missing(col: str, which: str) -> Column:
@@ -263,8 +268,8 @@ def from_cdc(
         )
         return _fail(fn, "ChangeDataError", f"an '{which}' event has a null `{col}`{hint}")
 
-    o = qcol(op)
-    b_null, a_null = qcol(before).isNull(), qcol(after).isNull()
+    o = _path_col(df, op)
+    b_null, a_null = _path_col(df, before).isNull(), _path_col(df, after).isNull()
     changes = (
         F.when(o.isin("c", "r"), F.when(a_null, missing(after, "c/r")).otherwise(F.array(image(after, 1))))
         .when(
@@ -281,7 +286,7 @@ def from_cdc(
             )
         )
     )
-    steps = df.select(F.explode(changes).alias("_sd_c"), _guarded_time(qcol(time), ttype).alias(TIME))
+    steps = df.select(F.explode(changes).alias("_sd_c"), _guarded_time(_path_col(df, time), ttype).alias(TIME))
     rows = steps.select(*[F.col("_sd_c.v").getField(f).alias(f) for f in fields], TIME, F.col("_sd_c.d").alias(DIFF))
     return consolidate_spark(rows, fields)
 

@@ -238,7 +238,4 @@ __all__ = [
     "TimeTypeError",
     "TimeTypeMismatchError",
     "UserFunctionError",
-    "from_job_failure",
-    "raising",
-    "unwrap",
 ]
