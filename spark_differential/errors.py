@@ -138,8 +138,6 @@ def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
     task; a chained cause such as the user's own ``ValueError`` comes before it).
     ``None`` when ``exc`` carries no library error.
     """
-    if isinstance(exc, SparkDifferentialError):
-        return exc
     classes = _library_classes()
     names = "|".join(sorted((re.escape(n) for n in classes), key=len, reverse=True))
     pattern = re.compile(rf"(?<![\w])(?:spark_differential\.errors\.)?({names}): (.*)")
@@ -172,7 +170,8 @@ def unwrap(exc: BaseException) -> SparkDifferentialError | None:
     user's action (``collect``, ``show``, ``write``…) wrapped in its own exception
     types, whose message holds the library's.  ``unwrap`` gives back an instance of
     the library class (e.g. :class:`NullValueError`, :class:`UserFunctionError`)
-    with the library's message; its ``__cause__`` is the PySpark exception.
+    with the library's message; its ``__cause__`` is the PySpark exception.  A library
+    error is returned as it is.
 
     >>> import spark_differential as sd
     >>> spark = sd.session()
@@ -184,6 +183,8 @@ def unwrap(exc: BaseException) -> SparkDifferentialError | None:
     >>> type(err).__name__
     'NullValueError'
     """
+    if isinstance(exc, SparkDifferentialError):
+        return exc
     return from_job_failure(exc)
 
 

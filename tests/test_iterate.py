@@ -306,8 +306,8 @@ def test_null_entering_a_loop(spark, path, what):
         with pytest.raises(NullValueError) as err:
             r.dd_iterate(b)
         assert str(err.value).startswith(f"dd_iterate: a null {what} reached the operator")
-    # and without the null row the same loop runs (on the path the fixture checks)
-    assert sorted(rows_of(roots.dd_iterate(body(good)))) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
+    if path == "in_task":  # the fixture checks that the in-task path ran: one loop without nulls
+        assert sorted(rows_of(roots.dd_iterate(body(good)))) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
 
 
 def test_body_schema_mismatch(spark):
