@@ -176,7 +176,7 @@ def qcol(name: str) -> Column:
 
 
 def qcols(names: Sequence[str]) -> list[Column]:
-    """:func:`col` of each name."""
+    """:func:`qcol` of each name."""
     return [qcol(n) for n in names]
 
 
