@@ -21,6 +21,7 @@ SECTIONS = [
     ("Iteration", ["dd_iterate"]),
     ("Calculus and as-of joins", ["differentiate", "integrate", "dd_delay", "dd_asof_join", "sql"]),
     ("Arrangements", ["dd_arrange"]),
+    ("Errors raised inside Spark jobs", ["raising", "unwrap"]),
 ]
 ALGORITHMS = ["bfs", "reachability", "connected_components", "triangles", "triangles_naive"]
 

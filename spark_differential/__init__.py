@@ -22,6 +22,8 @@ from .errors import (
     IterationLimitExceeded,
     LateUpdateError,
     SparkDifferentialError,
+    raising,
+    unwrap,
 )
 from .incremental import IncrementalView, incremental
 from .operators.consolidate import dd_consolidate
@@ -97,7 +99,9 @@ __all__ = [
     "from_snapshots",
     "from_upserts",
     "incremental",
+    "raising",
     "session",
     "sql",
+    "unwrap",
     *METHODS,
 ]

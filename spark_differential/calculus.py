@@ -34,7 +34,19 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._history import note as _note_history
-from .collection import DIFF, TIME, CollectionSchema, UpsertLog, as_columns, inspect, require_columns, upsert_log
+from .collection import (
+    DIFF,
+    TIME,
+    CollectionSchema,
+    UpsertLog,
+    as_columns,
+    checked,
+    inspect,
+    qcol,
+    qcols,
+    require_columns,
+    upsert_log,
+)
 from .errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
 from .execution import Input, execute, finish, kernel_fields, key_casts, run, time_fields
 from .kernels import asof as kasof
@@ -72,8 +84,9 @@ def differentiate(df: DataFrame) -> DataFrame:
     if isinstance(cs.ttype, Loop):
         raise TimeTypeError(f"{op}: differentiate inside a dd_iterate body is not supported; differentiate outside the loop")
     data = list(cs.data_cols)
-    alt = df.select(*data, _altneu(None, False).alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
-    neu = df.select(*data, _altneu(None, True).alias(TIME), (-F.col(DIFF).cast("long")).alias(DIFF))
+    df = checked(df, cs, op)
+    alt = df.select(*qcols(data), _altneu(None, False).alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+    neu = df.select(*qcols(data), _altneu(None, True).alias(TIME), (-F.col(DIFF).cast("long")).alias(DIFF))
     return alt.unionByName(neu)
 
 
@@ -99,7 +112,8 @@ def integrate(df: DataFrame) -> DataFrame:
             "integrate undoes differentiate()"
         )
     t = F.col(TIME)
-    return df.where(~t.getField(ALTNEU_NEU)).select(*cs.data_cols, t.getField(ALTNEU_TIME).alias(TIME), DIFF)
+    df = checked(df, cs, op)
+    return df.where(~t.getField(ALTNEU_NEU)).select(*qcols(cs.data_cols), t.getField(ALTNEU_TIME).alias(TIME), DIFF)
 
 
 def dd_delay(df: DataFrame) -> DataFrame:
@@ -129,7 +143,8 @@ def dd_delay(df: DataFrame) -> DataFrame:
         tcol = F.struct(F.col(TIME).getField(ALTNEU_TIME).alias(ALTNEU_TIME), F.lit(True).alias(ALTNEU_NEU))
     else:
         tcol = _altneu(None, True)
-    return df.select(*cs.data_cols, tcol.alias(TIME), DIFF)
+    df = checked(df, cs, op)
+    return df.select(*qcols(cs.data_cols), tcol.alias(TIME), DIFF)
 
 
 def dd_asof_join(
@@ -256,9 +271,9 @@ def _keys_present(keys_: list[str]) -> Column:
     """Every key column is non-null (a null key matches nothing); true with no keys."""
     if not keys_:
         return F.lit(True)
-    cond = F.col(keys_[0]).isNotNull()
+    cond = qcol(keys_[0]).isNotNull()
     for k in keys_[1:]:
-        cond = cond & F.col(k).isNotNull()
+        cond = cond & qcol(k).isNotNull()
     return cond
 
 
@@ -298,7 +313,7 @@ def _asof_upserts(
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)[: len(values)]
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(values)), values))
-    out = run(kasof.asof_upserts, params, [ia, ib], T.StructType([*out_fields, *time_fields(a.ttype)]))
+    out = run(kasof.asof_upserts, params, [ia, ib], T.StructType([*out_fields, *time_fields(a.ttype)]), op)
     return finish(out, cols, a.ttype)
 
 
@@ -319,10 +334,10 @@ def _asof_calculus(
     matched = integrate(dd_join(d_orders, p, keys_))
     if how == "inner":
         return matched
-    present = dd_distinct(p.select(*keys_, TIME, DIFF))
+    present = dd_distinct(p.select(*qcols(keys_), TIME, DIFF))
     missing = integrate(dd_antijoin(d_orders, present, keys_))
     b_fields = {f.name: f.dataType for f in inspect(prices, op="dd_asof_join").data_fields}
     padded = missing.select(
-        *keys_, *a_data, *[F.lit(None).cast(b_fields[c]).alias(c) for c in b_data], TIME, DIFF
+        *qcols(keys_), *qcols(a_data), *[F.lit(None).cast(b_fields[c]).alias(c) for c in b_data], TIME, DIFF
     )
-    return matched.select(*keys_, *a_data, *b_data, TIME, DIFF).unionByName(padded)
+    return matched.select(*qcols(keys_), *qcols(a_data), *qcols(b_data), TIME, DIFF).unionByName(padded)

@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .collection import DIFF, TIME, consolidate_spark, inspect, null_guard
+from .collection import DIFF, TIME, checked, consolidate_spark, inspect, null_guard, qcol, qcols
 from .errors import (
     DiffTypeError,
     MissingColumnError,
@@ -73,6 +73,11 @@ def _column_type(df: DataFrame, path: str, op: str, what: str) -> T.DataType:
     return dtype
 
 
+def _path_col(df: DataFrame, path: str) -> Column:
+    """The column named exactly ``path``, else the dotted path into structs (``source.ts_ms``)."""
+    return qcol(path) if path in df.columns else F.col(path)
+
+
 def _time_type(dtype: T.DataType, col: str, op: str, *, total: bool = False) -> TimeType:
     try:
         ttype = from_spark_type(dtype, where=col, allow_internal=False)
@@ -96,8 +101,8 @@ def _check_data_names(names: Sequence[str], op: str) -> None:
 
 
 def _fail(op: str, cls: str, *parts: Column | str) -> Column:
-    """A Column that fails the task with ``spark_differential <cls>: <op>: <parts...>``."""
-    pieces = [F.lit(f"spark_differential {cls}: {op}: ")]
+    """A Column that fails the task with ``<cls>: <op>: <parts...>`` (read back by :func:`spark_differential.unwrap`)."""
+    pieces = [F.lit(f"{cls}: {op}: ")]
     pieces += [F.lit(p) if isinstance(p, str) else F.coalesce(p.cast("string"), F.lit("null")) for p in parts]
     return F.raise_error(F.concat(*pieces))
 
@@ -178,7 +183,7 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
             )
         )
     )
-    rows = df.select(*data, _guarded_time(F.col(time), ttype).alias(TIME), sign.cast("long").alias(DIFF))
+    rows = df.select(*qcols(data), _guarded_time(_path_col(df, time), ttype).alias(TIME), sign.cast("long").alias(DIFF))
     return consolidate_spark(rows, data)
 
 
@@ -252,8 +257,8 @@ def from_cdc(
     _check_data_names(fields, fn)
     ttype = _time_type(_column_type(df, time, fn, "the time"), time, fn)
 
-    def image(col: str, sign: int) -> Column:
-        row = F.struct(*[F.col(col).getField(f).alias(f) for f in fields])
+    def image(name: str, sign: int) -> Column:
+        row = F.struct(*[_path_col(df, name).getField(f).alias(f) for f in fields])
         return F.struct(row.alias("v"), F.lit(sign).cast("long").alias("d"))
 
     def missing(col: str, which: str) -> Column:
@@ -263,8 +268,8 @@ def from_cdc(
         )
         return _fail(fn, "ChangeDataError", f"an '{which}' event has a null `{col}`{hint}")
 
-    o = F.col(op)
-    b_null, a_null = F.col(before).isNull(), F.col(after).isNull()
+    o = _path_col(df, op)
+    b_null, a_null = _path_col(df, before).isNull(), _path_col(df, after).isNull()
     changes = (
         F.when(o.isin("c", "r"), F.when(a_null, missing(after, "c/r")).otherwise(F.array(image(after, 1))))
         .when(
@@ -281,7 +286,7 @@ def from_cdc(
             )
         )
     )
-    steps = df.select(F.explode(changes).alias("_sd_c"), _guarded_time(F.col(time), ttype).alias(TIME))
+    steps = df.select(F.explode(changes).alias("_sd_c"), _guarded_time(_path_col(df, time), ttype).alias(TIME))
     rows = steps.select(*[F.col("_sd_c.v").getField(f).alias(f) for f in fields], TIME, F.col("_sd_c.d").alias(DIFF))
     return consolidate_spark(rows, fields)
 
@@ -345,11 +350,11 @@ def from_intervals(
             )
     data = [c for c in df.columns if c not in (valid_from, valid_to, multiplicity)]
     _check_data_names(data, op)
-    start, end = F.col(valid_from), F.col(valid_to)
+    start, end = qcol(valid_from), qcol(valid_to)
     if multiplicity is None:
         m = F.lit(1).cast("long")
     else:
-        mcol = F.col(multiplicity)
+        mcol = qcol(multiplicity)
         m = null_guard(mcol.cast("long"), [mcol], "multiplicity")
     add = F.struct(_guarded_time(start, ttype).alias("t"), m.alias("d"))
     remove = F.struct(end.alias("t"), (-m).alias("d"))
@@ -358,8 +363,8 @@ def from_intervals(
         .when(end < start, _fail(op, "ChangeDataError", "an interval ends (", end, ") before it starts (", start, ")"))
         .otherwise(F.array(add, remove))
     )
-    rows = df.select(*data, F.explode(steps).alias("_sd_s")).select(
-        *data, F.col("_sd_s.t").alias(TIME), F.col("_sd_s.d").alias(DIFF)
+    rows = df.select(*qcols(data), F.explode(steps).alias("_sd_s")).select(
+        *qcols(data), F.col("_sd_s.t").alias(TIME), F.col("_sd_s.d").alias(DIFF)
     )
     return consolidate_spark(rows, data)
 
@@ -413,12 +418,12 @@ def dd_to_intervals(
             "(valid_from=..., valid_to=..., multiplicity=...)"
         )
     data = list(cs.data_cols)
-    per_time = consolidate_spark(df, data)
-    w = Window.partitionBy(*data).orderBy(TIME)
+    per_time = consolidate_spark(checked(df, cs, op), data)
+    w = Window.partitionBy(*qcols(data)).orderBy(TIME)
     running = F.sum(DIFF).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    segments = per_time.select(*data, TIME, running.alias("_sd_m"), F.lead(TIME).over(w).alias("_sd_next"))
-    row = F.to_json(F.struct(*[F.col(c) for c in data])) if data else F.lit("()")
-    checked = F.when(
+    segments = per_time.select(*qcols(data), TIME, running.alias("_sd_m"), F.lead(TIME).over(w).alias("_sd_next"))
+    row = F.to_json(F.struct(*qcols(data))) if data else F.lit("()")
+    mult = F.when(
         F.col("_sd_m") < 0,
         _fail(
             op, "NegativeMultiplicityError", "row ", row, " has multiplicity ", F.col("_sd_m"), " from time ",
@@ -426,10 +431,10 @@ def dd_to_intervals(
         ),
     ).otherwise(F.col("_sd_m"))
     return segments.where(F.col("_sd_m") != 0).select(
-        *data,
+        *qcols(data),
         F.col(TIME).alias(valid_from),
         F.col("_sd_next").alias(valid_to),
-        checked.cast("long").alias(multiplicity),
+        mult.cast("long").alias(multiplicity),
     )
 
 

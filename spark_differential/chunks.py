@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .collection import DIFF, TIME
+from .collection import DIFF, TIME, qcols
 from .lattice import TimeType, Total
 
 log = logging.getLogger("spark_differential.iterate")
@@ -72,11 +72,11 @@ class Chunks:
         """The chunked form of a collection from outside the loop (same columns)."""
         data = _data(df)
         # one shuffle by the data serves the sums per chunk and the window over chunks
-        src = df.repartition(*data) if data else df
-        per = src.groupBy(*data, self.of(F.col(TIME)).alias(CHUNK)).agg(F.sum(DIFF).cast("long").alias("_s"))
-        w = Window.partitionBy(*data).orderBy(CHUNK)
+        src = df.repartition(*qcols(data)) if data else df
+        per = src.groupBy(*qcols(data), self.of(F.col(TIME)).alias(CHUNK)).agg(F.sum(DIFF).cast("long").alias("_s"))
+        w = Window.partitionBy(*qcols(data)).orderBy(CHUNK)
         acc = per.select(
-            *data,
+            *qcols(data),
             CHUNK,
             F.sum("_s").over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("_acc"),
             F.lead(CHUNK).over(w).alias("_next"),
@@ -85,23 +85,23 @@ class Chunks:
         first = F.col(CHUNK) + F.lit(self.width)
         stop = F.coalesce(F.col("_next"), F.lit(self.last))
         snap = acc.where((F.col("_acc") != 0) & (first <= stop)).select(
-            *data, F.explode(F.sequence(first, stop, F.lit(self.width))).alias(CHUNK), F.col("_acc").alias(DIFF)
+            *qcols(data), F.explode(F.sequence(first, stop, F.lit(self.width))).alias(CHUNK), F.col("_acc").alias(DIFF)
         )
-        own = df.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF))
-        return own.unionByName(snap.select(*data, self._time(F.col(CHUNK), df).alias(TIME), DIFF))
+        own = df.select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF))
+        return own.unionByName(snap.select(*qcols(data), self._time(F.col(CHUNK), df).alias(TIME), DIFF))
 
     def unchunked(self, df: DataFrame) -> DataFrame:
         """Per-chunk answers (a collection in chunked form) as one collection (not consolidated)."""
         data = _data(df)
         ends = (
-            df.groupBy(*data, self.of(F.col(TIME)).alias(CHUNK))
+            df.groupBy(*qcols(data), self.of(F.col(TIME)).alias(CHUNK))
             .agg(F.sum(DIFF).cast("long").alias("_s"))
             .where((F.col("_s") != 0) & (F.col(CHUNK) < F.lit(self.last)))
         )
         retract = ends.select(
-            *data, self._time(F.col(CHUNK) + F.lit(self.width), df).alias(TIME), (-F.col("_s")).alias(DIFF)
+            *qcols(data), self._time(F.col(CHUNK) + F.lit(self.width), df).alias(TIME), (-F.col("_s")).alias(DIFF)
         )
-        return df.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF)).unionByName(retract)
+        return df.select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF)).unionByName(retract)
 
 
 def _data(df: DataFrame) -> list[str]:
@@ -159,7 +159,7 @@ def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> C
     hi: int | None = None
     for df in inputs:
         leaf = ttype.encode_column(F.col(TIME))[0]
-        g = df.groupBy(*_data(df)).agg(
+        g = df.groupBy(*qcols(_data(df))).agg(
             F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n")
         )
         r = g.agg(

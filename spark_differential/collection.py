@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from .errors import (
     DiffTypeError,
+    FrontierError,
     MissingColumnError,
     NullValueError,
     ReservedNameError,
@@ -115,16 +116,68 @@ def as_columns(cols: str | Sequence[str] | None, *, op: str, what: str) -> list[
     return out
 
 
-def null_guard(col: Column, leaves: Sequence[Column], what: str) -> Column:
-    """``col`` unchanged, but the job fails with a clear message if any leaf is null."""
+def null_guard(col: Column, leaves: Sequence[Column], what: str, op: str = "") -> Column:
+    """``col`` unchanged, but the job fails with a clear message if any leaf is null.
+
+    The message starts with ``NullValueError:`` (after Spark's own error prefix), so
+    :func:`spark_differential.unwrap` turns the failed action's exception back into a
+    :class:`NullValueError`.  A column the schema declares non-nullable costs nothing:
+    Spark's optimizer removes the check."""
     cond = leaves[0].isNull()
     for leaf in leaves[1:]:
         cond = cond | leaf.isNull()
+    where = f"{op}: " if op else ""
     msg = (
-        f"spark_differential NullValueError: a null {what} reached an operator; every update needs a "
-        f"non-null {what}. Filter or fill nulls before building the collection."
+        f"NullValueError: {where}a null {what} reached the operator; every update needs a non-null "
+        f"{what}. Filter or fill nulls first (e.g. df.where(F.col('{what}').isNotNull()))."
     )
     return F.when(cond, F.raise_error(F.lit(msg))).otherwise(col)
+
+
+def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
+    """``df`` with its ``time`` and ``diff`` guarded against nulls (see :func:`null_guard`).
+
+    The one null check of the operators that do not run a kernel (the kernels' inputs
+    are guarded in :func:`spark_differential.execution.prepare`): a null ``time`` or
+    ``diff`` fails the job that meets it with :class:`NullValueError` instead of being
+    dropped, merged or advanced.  No extra job: the check is part of the operator's
+    own scan.  Columns the schema declares non-nullable, and collections inside a
+    ``dd_iterate`` body (checked where they enter the loop), are returned as they are."""
+    from .lattice import Loop
+
+    if isinstance(cs.ttype, Loop):
+        return df
+    schema = df.schema
+    guard_time = _nullable(schema[TIME].dataType, schema[TIME].nullable)
+    guard_diff = schema[DIFF].nullable
+    if not guard_time and not guard_diff:
+        return df
+    cols: list[Column] = []
+    for name in df.columns:
+        c = F.col(quoted(name))
+        if name == TIME and guard_time:
+            c = null_guard(c, cs.ttype.encode_column(c), "time", op).alias(TIME)
+        elif name == DIFF and guard_diff:
+            c = null_guard(c, [c], "diff", op).alias(DIFF)
+        cols.append(c)
+    return df.select(*cols)
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier (backquoted), for APIs that parse column names:
+    ``F.col``, string arguments of ``select``/``groupBy``… read ``a.b`` as a field and
+    reject a lone backtick; a quoted name is always the column of that exact name."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def qcol(name: str) -> Column:
+    """The column named exactly ``name`` (dots, backticks and spaces included)."""
+    return F.col(quoted(name))
+
+
+def qcols(names: Sequence[str]) -> list[Column]:
+    """:func:`qcol` of each name."""
+    return [qcol(n) for n in names]
 
 
 def collection(
@@ -194,13 +247,13 @@ def collection(
             raise ReservedNameError(f"{op}: column `{c}` uses the reserved prefix {RESERVED_PREFIX!r}; rename it")
     if check_nulls:
         _check_nulls(df, time, diff_src, op)
-    tcol = F.col(time)
-    tcol = null_guard(tcol, ttype.encode_column(tcol), "time")
+    tcol = qcol(time)
+    tcol = null_guard(tcol, ttype.encode_column(tcol), "time", op)
     if diff_src is None:
         dcol = F.lit(1).cast("long")
     else:
-        dcol = null_guard(F.col(diff_src).cast("long"), [F.col(diff_src)], "diff")
-    return df.select(*[F.col(c) for c in data], tcol.alias(TIME), dcol.alias(DIFF))
+        dcol = null_guard(qcol(diff_src).cast("long"), [qcol(diff_src)], "diff", op)
+    return df.select(*qcols(data), tcol.alias(TIME), dcol.alias(DIFF))
 
 
 def _leaf_nulls(col: Column, dtype: T.DataType) -> Column:
@@ -227,13 +280,13 @@ def _check_nulls(df: DataFrame, time: str, diff: str | None, op: str) -> None:
     checks = [(c, w) for c, w in checks if _nullable(schema[c].dataType, schema[c].nullable)]
     if not checks:
         return
-    counts = df.select(*[F.count_if(_leaf_nulls(F.col(c), schema[c].dataType)) for c, _ in checks]).first()
-    for (col, what), n in zip(checks, counts or []):
+    counts = df.select(*[F.count_if(_leaf_nulls(qcol(c), schema[c].dataType)) for c, _ in checks]).first()
+    for (name, what), n in zip(checks, counts or []):
         if n:
             raise NullValueError(
-                f"{op}: column `{col}` (the {what}) has null values; every update needs a {what}. "
+                f"{op}: column `{name}` (the {what}) has null values; every update needs a {what}. "
                 f"Filter them out or fill them before building the collection "
-                f"(e.g. df.where(F.col('{col}').isNotNull()))."
+                f"(e.g. df.where(F.col('{name}').isNotNull()))."
             )
 
 
@@ -265,12 +318,12 @@ def consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
         from .iterate import recording
 
         if recording():
-            return df.select(*data, TIME, DIFF)
+            return df.select(*qcols(data), TIME, DIFF)
     return (
-        df.groupBy(*data, TIME)
+        df.groupBy(*qcols(data), TIME)
         .agg(F.sum(DIFF).cast("long").alias(DIFF))
         .where(F.col(DIFF) != 0)
-        .select(*data, TIME, DIFF)
+        .select(*qcols(data), TIME, DIFF)
     )
 
 
@@ -304,15 +357,15 @@ def from_snapshots(df: DataFrame, version: str = "version") -> DataFrame:
     for c in data:
         if c in (TIME, DIFF) or c.startswith(RESERVED_PREFIX):
             raise ReservedNameError(f"{op}: rename the data column `{c}` (it clashes with `time`/`diff`/`_sd_`)")
-    v = F.col(version)
-    df = df.withColumn(version, null_guard(v, [v], "version"))
-    counts = df.groupBy(*data, version).agg(F.count(F.lit(1)).alias("_sd_c"))
-    versions = df.select(v.alias("_sd_v")).distinct()
+    v = qcol(version)
+    df = df.select(*qcols(data), null_guard(v, [v], "version", op).alias("_sd_ver"))
+    counts = df.groupBy(*qcols(data), "_sd_ver").agg(F.count(F.lit(1)).alias("_sd_c"))
+    versions = df.select(F.col("_sd_ver").alias("_sd_v")).distinct()
     nxt = versions.select("_sd_v", F.lead("_sd_v").over(Window.orderBy("_sd_v")).alias("_sd_next"))
-    joined = counts.join(nxt, counts[version] == nxt["_sd_v"])
-    plus = joined.select(*data, F.col(version).alias(TIME), F.col("_sd_c").alias(DIFF))
+    joined = counts.join(nxt, counts["_sd_ver"] == nxt["_sd_v"])
+    plus = joined.select(*qcols(data), F.col("_sd_ver").alias(TIME), F.col("_sd_c").alias(DIFF))
     minus = joined.where(F.col("_sd_next").isNotNull()).select(
-        *data, F.col("_sd_next").alias(TIME), (-F.col("_sd_c")).alias(DIFF)
+        *qcols(data), F.col("_sd_next").alias(TIME), (-F.col("_sd_c")).alias(DIFF)
     )
     return consolidate_spark(plus.unionByName(minus), data)
 
@@ -362,30 +415,30 @@ def from_upserts(
             raise ReservedNameError(f"{op}: rename the data column `{c}` (it clashes with `time`/`diff`/`_sd_`)")
     values = [c for c in data if c not in keys]
     # one shuffle: everything below is partition-local once rows are partitioned by key
-    tcol = F.col(time)
-    guarded = df.withColumn(time, null_guard(tcol, [tcol], "time"))
+    tcol = qcol(time)
+    guarded = df.withColumn(time, null_guard(tcol, [tcol], "time", op))
     # no keys: one timeline, in one partition (which every step below accepts as is)
-    rows = guarded.repartition(*[F.col(k) for k in keys]) if keys else guarded.repartition(1)
-    value = F.struct(*[F.col(c) for c in values]) if values else F.lit(True)
+    rows = guarded.repartition(*qcols(keys)) if keys else guarded.repartition(1)
+    value = F.struct(*qcols(values)) if values else F.lit(True)
     if deleted is not None:
-        value = F.when(~F.coalesce(F.col(deleted), F.lit(False)), value)
-    now = rows.groupBy(*keys, time).agg(F.collect_list(value).alias("_sd_now"))  # nulls (deletions) dropped
-    w = Window.partitionBy(*(keys or [F.lit(0)])).orderBy(time)
-    now = now.select(*keys, time, "_sd_now", F.lag("_sd_now").over(w).alias("_sd_prev"))
+        value = F.when(~F.coalesce(qcol(deleted), F.lit(False)), value)
+    now = rows.groupBy(*qcols(keys), tcol).agg(F.collect_list(value).alias("_sd_now"))  # nulls (deletions) dropped
+    w = Window.partitionBy(*(qcols(keys) or [F.lit(0)])).orderBy(tcol)
+    now = now.select(*qcols(keys), tcol, "_sd_now", F.lag("_sd_now").over(w).alias("_sd_prev"))
     prev = F.coalesce(F.col("_sd_prev"), F.slice(F.col("_sd_now"), 1, 0))  # [] at the key's first time
     sign = F.concat(
         F.transform(F.col("_sd_now"), lambda x: F.struct(x.alias("v"), F.lit(1).cast("long").alias("d"))),
         F.transform(prev, lambda x: F.struct(x.alias("v"), F.lit(-1).cast("long").alias("d"))),
     )
-    steps = now.select(*keys, F.col(time).alias(TIME), F.explode(sign).alias("_sd_s"))
+    steps = now.select(*qcols(keys), tcol.alias(TIME), F.explode(sign).alias("_sd_s"))
     summed = (
-        steps.groupBy(*keys, F.col("_sd_s.v").alias("_sd_v"), TIME)
+        steps.groupBy(*qcols(keys), F.col("_sd_s.v").alias("_sd_v"), TIME)
         .agg(F.sum("_sd_s.d").cast("long").alias(DIFF))
         .where(F.col(DIFF) != 0)
     )
-    cols = [F.col(c) if c in keys else F.col("_sd_v").getField(c).alias(c) for c in data]
-    out = summed.select(*cols, TIME, DIFF)
-    log = df.select(*data, *([deleted] if deleted else []), tcol.alias(TIME), F.lit(1).cast("long").alias(DIFF))
+    picked = [qcol(c) if c in keys else F.col("_sd_v").getField(c).alias(c) for c in data]
+    out = summed.select(*picked, TIME, DIFF)
+    log = df.select(*qcols(data), *qcols([deleted] if deleted else []), tcol.alias(TIME), F.lit(1).cast("long").alias(DIFF))
     vars(out)[_UPSERTS] = UpsertLog(log, tuple(keys), tuple(values), deleted)
     return out
 
@@ -437,14 +490,21 @@ def dd_as_of(df: DataFrame, t: Any) -> DataFrame:
     +---+----+
     <BLANKLINE>
     """
-    cs = inspect(df, op="dd_as_of")
-    at = Antichain.from_values(cs.ttype, [t]).elements[0]
+    op = "dd_as_of"
+    cs = inspect(df, op=op)
+    try:
+        at = Antichain.from_values(cs.ttype, [t]).elements[0]
+    except FrontierError as e:
+        raise FrontierError(
+            f"{op}: t={t!r} is not a time of the collection's time type {cs.ttype.describe()}: {e}"
+        ) from None
     leaves = time_leaf_names(cs.ttype.width)
-    enc = df.select(*cs.data_cols, *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
+    df = checked(df, cs, op)
+    enc = df.select(*qcols(cs.data_cols), *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
     cond = cs.ttype.sql_leq(leaves, [str(x) for x in at])
     return (
         enc.where(F.expr(cond))
-        .groupBy(*cs.data_cols)
+        .groupBy(*qcols(cs.data_cols))
         .agg(F.sum(DIFF).cast("long").alias(DIFF))
         .where(F.col(DIFF) != 0)
     )

@@ -10,6 +10,10 @@ names the operator and, where there is one, the offending key.
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
+
 
 class SparkDifferentialError(Exception):
     """Base class of every error raised by spark_differential."""
@@ -71,6 +75,12 @@ class IterationError(SparkDifferentialError, RuntimeError):
     """``dd_iterate`` was used in a way it cannot support."""
 
 
+class LoopRuleError(IterationError):
+    """A ``dd_iterate`` body broke a rule of loops: it rewrote ``time``, or combined the loop
+    collection with another DataFrame by plain DataFrame methods (``unionByName``…)
+    instead of ``dd_*`` operators."""
+
+
 class IterationLimitExceeded(IterationError):
     """``dd_iterate`` did not reach a fixed point within ``max_iterations``."""
 
@@ -111,28 +121,110 @@ class EnvironmentError_(SparkDifferentialError, RuntimeError):
     """The environment cannot run Spark (for example, no Java)."""
 
 
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
+
+
+def _library_classes() -> dict[str, type[SparkDifferentialError]]:
+    """Every error class of the library by name (subclasses first found last)."""
+    out: dict[str, type[SparkDifferentialError]] = {}
+    todo: list[type[SparkDifferentialError]] = [SparkDifferentialError]
+    while todo:
+        cls = todo.pop()
+        out[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return out
+
+
 def from_job_failure(exc: BaseException) -> SparkDifferentialError | None:
     """The library error a failed Spark job carries in its message, if any.
 
     Errors raised inside tasks (a null time caught by the plan's guard, a user
-    function failing in a kernel) reach the driver wrapped in PySpark exceptions;
-    where the library itself runs a job it re-raises them with their own type.
+    function failing in a kernel) reach the driver wrapped in PySpark exceptions
+    (``PythonException``, ``SparkRuntimeException``, ``Py4JJavaError``) whose message
+    holds ``<ErrorClass>: <message>``.  This reads the last such line back into an
+    instance of that class (the exception raised last is the one that failed the
+    task; a chained cause such as the user's own ``ValueError`` comes before it).
+    ``None`` when ``exc`` carries no library error.
     """
-    text = str(exc)
-    for cls in (
-        NullValueError,
-        ChangeDataError,
-        NegativeMultiplicityError,
-        OutputSchemaError,
-        UserFunctionError,
-        LateUpdateError,
-    ):
-        marker = f"{cls.__name__}: "
-        at = text.find(marker)
-        if at >= 0:
-            line = text[at + len(marker) :].splitlines()[0].strip()
-            return cls(line)
-    return None
+    classes = _library_classes()
+    names = "|".join(sorted((re.escape(n) for n in classes), key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w])(?:spark_differential\.errors\.)?({names}): (.*)")
+    found = None
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # the exception and its causes
+        seen.add(id(e))
+        for m in pattern.finditer(str(e)):
+            found = m
+        if found is not None:
+            break
+        e = e.__cause__ or e.__context__
+    if found is None:
+        return None
+    cls = classes[found.group(1)]
+    message = _SQLSTATE.sub("", found.group(2).strip())
+    if cls is IterationLimitExceeded:
+        return IterationError(message)  # its counts are not in the text
+    err = cls(message)
+    err.__cause__ = exc
+    return err
+
+
+def unwrap(exc: BaseException) -> SparkDifferentialError | None:
+    """The library's own exception inside an exception from a Spark action, or ``None``.
+
+    Errors that only the data can reveal (a null ``time``, a ``dd_reduce`` function
+    failing for one key) happen inside Spark tasks; PySpark reports them at the
+    user's action (``collect``, ``show``, ``write``…) wrapped in its own exception
+    types, whose message holds the library's.  ``unwrap`` gives back an instance of
+    the library class (e.g. :class:`NullValueError`, :class:`UserFunctionError`)
+    with the library's message; its ``__cause__`` is the PySpark exception.  A library
+    error is returned as it is.
+
+    >>> import spark_differential as sd
+    >>> spark = sd.session()
+    >>> df = spark.createDataFrame([("a", None, 1)], "x string, time long, diff long")
+    >>> try:
+    ...     df.dd_count("x").collect()
+    ... except Exception as e:
+    ...     err = sd.unwrap(e)
+    >>> type(err).__name__
+    'NullValueError'
+    """
+    if isinstance(exc, SparkDifferentialError):
+        return exc
+    return from_job_failure(exc)
+
+
+@contextlib.contextmanager
+def raising() -> Iterator[None]:
+    """Within the block, errors of the library raised inside Spark jobs surface as themselves.
+
+    An exception leaving the block that carries a library error (see :func:`unwrap`)
+    is replaced by that error (same class and message, the PySpark exception as its
+    ``__cause__``), so ``except UserFunctionError`` and friends catch it; any other
+    exception passes unchanged.
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.errors import NullValueError
+    >>> spark = sd.session()
+    >>> df = spark.createDataFrame([("a", None, 1)], "x string, time long, diff long")
+    >>> try:
+    ...     with sd.raising():
+    ...         df.dd_count("x").collect()
+    ... except NullValueError as e:
+    ...     print(str(e).split(";")[0])
+    dd_count: a null time reached the operator
+    """
+    try:
+        yield
+    except SparkDifferentialError:
+        raise
+    except Exception as e:
+        mine = from_job_failure(e)
+        if mine is None:
+            raise
+        raise mine from e
 
 
 __all__ = [
@@ -144,7 +236,7 @@ __all__ = [
     "IncrementalStateError",
     "IterationError",
     "IterationLimitExceeded",
-    "LateUpdateError",
+    "LoopRuleError",
     "MissingColumnError",
     "NegativeMultiplicityError",
     "NullValueError",

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema, null_guard
+from .collection import DIFF, TIME, CollectionSchema, null_guard, qcol
 from .errors import SchemaMismatchError
 from .kernels.common import NEW, D, conform, keys, names, over_partition, times
 from .lattice import TimeType
@@ -161,16 +161,21 @@ def shuffle_partitions(spark: Any) -> int:
         return 8
 
 
-def prepare(inp: Input, nbuckets: int, nparts: int | None = None) -> DataFrame:
-    """Rename to kernel names, encode the time, add the bucket column."""
+def prepare(inp: Input, nbuckets: int, nparts: int | None = None, op: str = "") -> DataFrame:
+    """Rename to kernel names, encode the time, add the bucket column.
+
+    Also the null check of every kernel's input: a null ``time`` leaf or ``diff`` fails
+    the job with :class:`~spark_differential.errors.NullValueError` naming ``op``
+    (:func:`spark_differential.collection.null_guard`; free where the schema says
+    the column cannot be null)."""
     tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
     leaves = inp.time_type.encode_column(tcol)
     tnames = times(inp.time_type.width)
-    guarded = [null_guard(leaf, [leaf], "time") for leaf in leaves]
-    kcols = [F.col(k).cast(inp.key_casts[k]) if k in inp.key_casts else F.col(k) for k in inp.keys]
+    guarded = [null_guard(leaf, [leaf], "time", op) for leaf in leaves]
+    kcols = [qcol(k).cast(inp.key_casts[k]) if k in inp.key_casts else qcol(k) for k in inp.keys]
     knames = keys(len(inp.keys))
     dnames = names(inp.prefix, len(inp.data))
-    hcols = kcols if inp.hash_cols is None else [F.col(c) for c in inp.hash_cols]
+    hcols = kcols if inp.hash_cols is None else [qcol(c) for c in inp.hash_cols]
     khash = key_hash(hcols)
     bucket = bucket_of(khash, nbuckets, nparts or shuffle_partitions(inp.df.sparkSession))
     new = inp.new if inp.new is not None else F.lit(True)
@@ -178,9 +183,9 @@ def prepare(inp: Input, nbuckets: int, nparts: int | None = None) -> DataFrame:
         bucket.alias(BUCKET),
         khash.alias(KEY_HASH),
         *[c.alias(n) for c, n in zip(kcols, knames)],
-        *[F.col(c).alias(n) for c, n in zip(inp.data, dnames)],
+        *[qcol(c).alias(n) for c, n in zip(inp.data, dnames)],
         *[c.alias(n) for c, n in zip(guarded, tnames)],
-        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff").alias(D),
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", op).alias(D),
         new.alias(NEW),
     )
 
@@ -245,13 +250,14 @@ def run(
     params: Any,
     inputs: Sequence[Input],
     out_schema: T.StructType,
+    op: str = "",
 ) -> DataFrame:
     """Run ``kernel(params, *tables)`` over one or two inputs, many keys per call.
 
     One input: once per partition of the input repartitioned by bucket (see
     :func:`run_per_partition`).  Two inputs: once per bucket of the cogroup."""
     nb = buckets(inputs[0].df.sparkSession)
-    prepared = [prepare(i, nb) for i in inputs]
+    prepared = [prepare(i, nb, op=op) for i in inputs]
     if len(prepared) == 1:
         return run_per_partition(kernel, params, prepared[0], out_schema)
     return run_pair_per_partition(kernel, params, prepared, out_schema)
@@ -373,5 +379,5 @@ def execute(
 
         return stateful_in_loop(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
     schema = T.StructType([*out_fields, *time_fields(kernel_type)])
-    out = run(kernel, params, inputs, schema)
+    out = run(kernel, params, inputs, schema, op)
     return finish(out, out_columns, kernel_type)

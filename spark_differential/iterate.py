@@ -72,8 +72,8 @@ from pyspark.sql import types as T
 from . import chunks as _chunks
 from ._lazy import lazy
 from .chunks import CHUNK, Chunks
-from .collection import DIFF, TIME, CollectionSchema, consolidate_spark, inspect
-from .errors import IterationError, IterationLimitExceeded, SchemaMismatchError, from_job_failure
+from .collection import DIFF, TIME, CollectionSchema, checked, consolidate_spark, inspect, qcols
+from .errors import IterationError, IterationLimitExceeded, LoopRuleError, SchemaMismatchError, from_job_failure
 from .execution import (
     BUCKET,
     KEY_HASH,
@@ -391,7 +391,7 @@ def _current(loop_id: int, op: str) -> LoopContext:
 
 def _strip(df: DataFrame, cs: CollectionSchema) -> DataFrame:
     """A loop collection's updates at their outer times (the iteration coordinate dropped)."""
-    return df.select(*cs.data_cols, F.col(TIME).getField(LOOP_OUTER).alias(TIME), DIFF)
+    return df.select(*qcols(cs.data_cols), F.col(TIME).getField(LOOP_OUTER).alias(TIME), DIFF)
 
 
 def _consolidate(df: DataFrame, data: Sequence[str]) -> DataFrame:
@@ -402,7 +402,7 @@ def _stamp(df: DataFrame, data: Sequence[str], loop_t: Loop, iteration: int, tim
     """Set the loop coordinate of ``df``'s times (``time_col`` gives the outer time)."""
     outer = F.col(TIME).getField(LOOP_OUTER) if time_col is None else time_col
     t = F.struct(outer.alias(LOOP_OUTER), F.lit(iteration).cast("int").alias(loop_t.iter_field))
-    return df.select(*data, t.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+    return df.select(*qcols(data), t.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
 
 
 def _semi(trace: DataFrame, touched: DataFrame, few: bool) -> DataFrame:
@@ -747,7 +747,9 @@ def stateful_in_loop(
                             key_casts=inp.key_casts, hash_cols=inp.hash_cols)
             elif chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=True)
-            full = prepare(inp, ctx.nbuckets, ctx.nparts).withColumn(NEW, F.lit(False))
+            # a collection from outside all loops is checked for null times and diffs here, as
+            # where it enters the in-task loop (local_loop.run): the same NullValueError on both paths
+            full = prepare(inp, ctx.nbuckets, ctx.nparts, op="dd_iterate").withColumn(NEW, F.lit(False))
             full = full.repartition(ctx.nparts, BUCKET)
             slot.outer[j] = ctx.materialise(_rows_per_key(full, params.nkeys, ctx.nparts) if pairs else full)
             if pairs and not ctx.discovering:
@@ -792,7 +794,7 @@ def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[Collecti
     out = None
     for j, (d, cs, e) in enumerate(zip(dfs, schemas, entries)):
         if e.loop_id == ctx.loop_id:
-            part = d.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF))
+            part = d.select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF))
         elif ctx.iteration > 0:
             continue
         else:
@@ -801,8 +803,9 @@ def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[Collecti
                 src = ctx.captured((index, j), d, cs)
             else:
                 ctx.enters(d, target.inner)
+                src = checked(d, cs, "dd_iterate")
                 if ctx.chunks is not None:
-                    src = ctx.chunks.chunked(d)
+                    src = ctx.chunks.chunked(src)
             tcol = enter_column(F.col(TIME), inspect(src, op=op).ttype, target.inner)
             part = _stamp(src, data, target, 0, time_col=tcol)
         out = part if out is None else out.unionByName(part)
@@ -811,14 +814,50 @@ def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[Collecti
     return out
 
 
+_LOOP_RULES = (
+    "Inside a dd_iterate body `time` is an internal loop time: pass it through untouched (select it as it "
+    "is, never replace or compute it), and combine the loop collection with other collections only through "
+    "dd_* operators (dd_concat instead of union/unionByName, dd_join/dd_semijoin instead of join)."
+)
+
+
+def _rule_checked(body: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame], DataFrame]:
+    """``body``, with Spark's analysis errors about the loop's internal time turned into
+    :class:`LoopRuleError` (they name internal struct fields the user never wrote)."""
+    from pyspark.errors import AnalysisException
+
+    def checked_body(v: DataFrame) -> DataFrame:
+        try:
+            return body(v)
+        except AnalysisException as e:
+            text = str(e)
+            if LOOP_OUTER not in text and "_sd_iter" not in text:
+                raise
+            kind = getattr(e, "getCondition", getattr(e, "getErrorClass", lambda: None))()
+            what = "a union of the loop collection with another DataFrame" if "UNION" in text.upper() else (
+                "an operation on the loop collection that Spark rejected")
+            raise LoopRuleError(
+                f"dd_iterate: the body broke a rule of loops: {what} meets the loop's internal `time`"
+                + (f" (Spark: {kind})" if kind else "") + f". {_LOOP_RULES}"
+            ) from None
+
+    return checked_body
+
+
 def _check_body_output(out: Any, cs: CollectionSchema, loop_t: Loop) -> DataFrame:
     if not isinstance(out, DataFrame):
         raise IterationError(f"dd_iterate: the body must return a DataFrame (a collection), got {type(out).__name__}")
     ocs = inspect(out, op="dd_iterate", side="body's result")
     if ocs.ttype != loop_t:
-        raise IterationError(
-            f"dd_iterate: the body's result has time type {ocs.ttype.describe()}, expected {loop_t.describe()} "
-            "(the loop variable's). The body must return a collection derived from its argument, keeping `time`."
+        if isinstance(ocs.ttype, Loop):
+            raise IterationError(
+                "dd_iterate: the body returned a collection of another dd_iterate loop; the body must return a "
+                "collection derived from its argument, keeping `time`."
+            )
+        raise LoopRuleError(
+            f"dd_iterate: the body's result has a `time` of type {ocs.ttype.describe()}, not the loop's own time: "
+            f"the body replaced or recomputed `time`, or returned a collection not derived from its argument. "
+            f"The body must return a collection derived from its argument, keeping `time`. {_LOOP_RULES}"
         )
     if set(ocs.data_cols) != set(cs.data_cols):
         raise SchemaMismatchError(
@@ -831,7 +870,7 @@ def _check_body_output(out: Any, cs: CollectionSchema, loop_t: Loop) -> DataFram
                 f"dd_iterate: the body returns `{c}` as {ocs.field(c).dataType.simpleString()} but the loop variable "
                 f"has {cs.field(c).dataType.simpleString()}; cast it in the body"
             )
-    return out.select(*cs.data_cols, TIME, DIFF)
+    return out.select(*qcols(cs.data_cols), TIME, DIFF)
 
 
 LOOP_CONF = {
@@ -918,6 +957,7 @@ def _run_loop(
     spark = df.sparkSession
     loop_t = Loop(cs.ttype, next(_LOOP_IDS))
     data = list(cs.data_cols)
+    body = _rule_checked(body)
     ctx = LoopContext(loop_t, spark, captured)
     restore = _loop_conf(spark)
     _stack().append(ctx)
@@ -932,7 +972,7 @@ def _run_loop(
             )
             if local is not None:
                 return local
-        roots, ctx.weight = _counted(df.select(*data, TIME, F.col(DIFF).cast("long").alias(DIFF)))
+        roots, ctx.weight = _counted(checked(df, cs, "dd_iterate").select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF)))
         if captured is None:
             ctx.chunks = _plan_chunks(ctx, roots, cs, body, loop_t)
         if ctx.chunks is not None:
@@ -953,7 +993,7 @@ def _run_loop(
                 log.debug("dd_iterate: iteration %d: the body's result is consolidated already", i + 1)
                 nxt, changes = _counted(_stamp(out, data, loop_t, i + 1))
             else:
-                nxt = out if i > 0 else out.unionByName(entered.select(*data, TIME, (-F.col(DIFF)).alias(DIFF)))
+                nxt = out if i > 0 else out.unionByName(entered.select(*qcols(data), TIME, (-F.col(DIFF)).alias(DIFF)))
                 nxt, changes = _counted(_stamp(_consolidate(nxt, data), data, loop_t, i + 1))
             ctx.drop_transient()
             if ctx.loose:  # this iteration's operator inputs and outputs, mostly dropped now
@@ -980,7 +1020,7 @@ def _run_loop(
             # one shuffle by the data columns, materialised once, serves both aggregations
             # (per chunk, per time) partition by partition (one query reading the shuffle
             # twice instead, 10^6-change BFS: 8.5 s against 6.1 s)
-            shuffled = _checkpoint(result.repartition(ctx.nparts, *data))
+            shuffled = _checkpoint(result.repartition(ctx.nparts, *qcols(data)))
             kept.append(shuffled)
             result = ctx.chunks.unchunked(shuffled)
         final = _checkpoint(_consolidate(result, data))
@@ -1088,7 +1128,7 @@ def dd_iterate(
     inner_cs = inspect(st.acc_input, op=op)
     result = _run_loop(st.acc_input, inner_cs, body, max_iterations, st.captured, progress)
     change = result if st.previous is None else result.unionByName(
-        st.previous.select(*data, TIME, (-F.col(DIFF)).alias(DIFF))
+        st.previous.select(*qcols(data), TIME, (-F.col(DIFF)).alias(DIFF))
     )
     st.previous = result
     out = _consolidate(change, data)

@@ -25,6 +25,7 @@ that compares with every ``g >= F`` exactly as ``t`` does.
 from __future__ import annotations
 
 import datetime as _dt
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -610,11 +611,17 @@ class Antichain:
         """Build from Python time values (a single value or an iterable of them)."""
         if values is None:
             raise FrontierError("a frontier needs at least one time")
-        if isinstance(values, (int, _dt.date, Mapping)) or hasattr(values, "asDict"):
+        if isinstance(values, (numbers.Number, str, bytes, _dt.date, Mapping)) or hasattr(values, "asDict"):
+            # one time (a string or a float is one wrong time, not a list of characters or digits)
             values = [values]
         elif isinstance(values, tuple) and not isinstance(ttype, Total):
             # a bare tuple is one struct/altneu time, a list of them is a frontier
             values = [values]
+        elif not isinstance(values, Iterable):
+            raise FrontierError(
+                f"a frontier is a time or a list of times of the collection's time type "
+                f"({ttype.describe()}); got {type(values).__name__} {values!r}"
+            )
         vals = list(values)
         if not vals:
             raise FrontierError(

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema
+from .collection import DIFF, TIME, CollectionSchema, qcols
 from .lattice import Total
 from .translate import NoArrow, Relation, Translator, Untranslatable, evaluate, leaves, placeholder
 
@@ -259,7 +259,7 @@ class Recorder:
             if e.loop_id is None:
                 parts.append((None, self.source(d, cs, cs.ttype)))
             elif e.loop_id == self.loop_t.loop_id:
-                rel = self.translator.relation(d.select(*data, TIME, DIFF))
+                rel = self.translator.relation(d.select(*qcols(data), TIME, DIFF))
                 parts.append((rel, None))
             else:
                 raise Untranslatable("dd_concat reads a collection of an enclosing loop")
@@ -270,7 +270,7 @@ class Recorder:
 
     def program(self, out: Any, cs: CollectionSchema, max_iterations: int | None, limit: int) -> Program:
         data = list(cs.data_cols)
-        output = self.translator.relation(out.select(*data, TIME, DIFF))
+        output = self.translator.relation(out.select(*qcols(data), TIME, DIFF))
         roots = self._schema([
             *[cs.field(c) for c in data],
             *[self.T.StructField(c, self.T.LongType(), True) for c in leaves(self.width)],
@@ -594,8 +594,13 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
     return run
 
 
+def _tag(j: int, i: int) -> str:
+    """The name of column ``i`` of source ``j`` in the one table a loop's task reads."""
+    return f"_sd{j}_{i}"
+
+
 def _source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
-    return pa.Table.from_arrays([table.column(f"_sd{j}_{c}") for c in cols], names=list(cols))
+    return pa.Table.from_arrays([table.column(_tag(j, i)) for i in range(len(cols))], names=list(cols))
 
 
 def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -644,6 +649,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
+    from .collection import null_guard, qcol
     from .errors import IterationLimitExceeded, from_job_failure
     from .execution import arrow_schema
 
@@ -652,12 +658,14 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     data = list(cs.data_cols)
 
     def tagged(d: Any, j: int, cols: Sequence[str]) -> Any:
-        enc = ttype.encode_column(F.col(TIME))
+        # the null check of every collection entering the loop (as iterate.py's on the distributed path)
+        enc = [null_guard(leaf, [leaf], "time", "dd_iterate") for leaf in ttype.encode_column(F.col(TIME))]
+        # positional names (_sd<source>_<i>, as _source_table reads them): user names may hold dots or backticks
         return d.select(
             F.lit(j).alias(SRC),
-            *[F.col(c).alias(f"_sd{j}_{c}") for c in cols],
-            *[leaf.alias(f"_sd{j}_{n}") for leaf, n in zip(enc, leaves(program.width))],
-            F.col(DIFF).cast("long").alias(f"_sd{j}_{DIFF}"),
+            *[qcol(c).alias(_tag(j, i)) for i, c in enumerate(cols)],
+            *[leaf.alias(_tag(j, len(cols) + i)) for i, leaf in enumerate(enc)],
+            null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", "dd_iterate").alias(_tag(j, len(cols) + len(enc))),
             *([F.col(PART)] if PART in d.columns else []),
         )
 
@@ -695,9 +703,9 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
-        observed = observed.where(F.col(STATUS).isNull()).groupBy(*names_).agg(
+        observed = observed.where(F.col(STATUS).isNull()).groupBy(*qcols(names_)).agg(
             F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0).select(
-            *names_, DIFF, *[F.lit(None).cast(f.dataType).alias(f.name) for f in fields[len(names_) + 1:]])
+            *qcols(names_), DIFF, *[F.lit(None).cast(f.dataType).alias(f.name) for f in fields[len(names_) + 1:]])
     try:
         kept = observed.localCheckpoint(eager=True)
     except Exception as e:
@@ -733,7 +741,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
-    return kept.where(F.col(STATUS).isNull()).select(*data, time_col.alias(TIME), F.col(DIFF))
+    return kept.where(F.col(STATUS).isNull()).select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
 
 
 def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: Any, ctx: Any,

@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +87,8 @@ _scope = lazy("sqlglot.optimizer.scope")
 _tokens = lazy("sqlglot.tokens")
 
 __all__ = ["sql"]
+
+_log = logging.getLogger("spark_differential.sql")
 
 
 def __getattr__(name: str) -> Any:
@@ -257,8 +261,21 @@ def _sql_of(e: exp.Expr) -> str:
 # --------------------------------------------------------------------------- running
 
 
-def _spark_sql(spark: Any, text: str, bindings: Mapping[str, DataFrame], *, rewritten: bool, what: str = "") -> DataFrame:
-    """``spark.sql`` with DataFrame arguments; Spark's parse/analysis errors as SqlError."""
+def _spark_sql(
+    spark: Any,
+    text: str,
+    bindings: Mapping[str, DataFrame],
+    *,
+    rewritten: bool,
+    what: str = "",
+    names: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """``spark.sql`` with DataFrame arguments; Spark's parse/analysis errors as SqlError.
+
+    A rewritten query's errors speak of the user's names: ``names`` maps the
+    rewrite's internal names (DataFrame placeholders, renamed right-side columns) to
+    what the user wrote, and positions (which point into the rewritten text) are
+    dropped; the rewritten text is logged at DEBUG level only."""
     from pyspark.errors import AnalysisException, ParseException
 
     try:
@@ -266,10 +283,28 @@ def _spark_sql(spark: Any, text: str, bindings: Mapping[str, DataFrame], *, rewr
         df.schema  # noqa: B018 - Spark Connect analyses lazily: surface errors here, still before any job
         return df
     except ParseException as e:
+        if rewritten:
+            _log.debug("sd.sql: the rewritten query Spark could not parse: %s", text)
+            raise SqlError(f"{_OP}: Spark could not parse the query{what}: {_user_names(_first_line(e), names)}") from e
         raise SqlError(f"{_OP}: Spark could not parse the query{what}: {_first_line(e)}") from e
     except AnalysisException as e:
-        suffix = f"\n(the query as sent to Spark: {text})" if rewritten else ""
-        raise SqlError(f"{_OP}: Spark rejected the query{what}: {_first_line(e)}{suffix}") from e
+        if rewritten:
+            _log.debug("sd.sql: the rewritten query Spark rejected: %s", text)
+            raise SqlError(f"{_OP}: Spark rejected the query{what}: {_user_names(_first_line(e), names)}") from e
+        raise SqlError(f"{_OP}: Spark rejected the query{what}: {_first_line(e)}") from e
+
+
+_POSITION = re.compile(r";?\s*line \d+,? pos \d+;?")
+
+
+def _user_names(message: str, names: Mapping[str, str] | None) -> str:
+    """Spark's message about a rewritten query, in the names of the query the user wrote."""
+    out = _POSITION.sub("", message).strip()
+    for internal, user in sorted((names or {}).items(), key=lambda kv: -len(kv[0])):
+        quoted = "`" + "`.`".join(user.split(".", 1)) + "`" if "." in user else f"`{user}`"
+        out = re.sub(rf"\{{?`{re.escape(internal)}`\}}?", lambda _m, q=quoted: q, out)
+        out = re.sub(rf"(?<![\w`{{]){{?{re.escape(internal)}}}?(?![\w`])", lambda _m, u=user: u, out)
+    return out
 
 
 def _first_line(e: BaseException) -> str:
@@ -310,15 +345,18 @@ class _Compiler:
             self.case_sensitive = False
         self.views = {self.norm(k): v for k, v in views.items()}
         self.bindings: dict[str, DataFrame] = {}
+        self.names: dict[str, str] = {}  # internal name in the rewritten query -> the user's name
         self._prefix = "sdv" + uuid.uuid4().hex[:12]
         self._counter = itertools.count()
 
     def norm(self, name: str) -> str:
         return name if self.case_sensitive else name.lower()
 
-    def token(self, df: DataFrame) -> str:
+    def token(self, df: DataFrame, label: str) -> str:
+        """A placeholder for ``df`` in the query text; ``label`` is what error messages call it."""
         tok = f"{self._prefix}_{next(self._counter):06d}"  # fixed width: no token is a prefix of another
         self.bindings[tok] = df
+        self.names[tok] = label
         return tok
 
     # ----------------------------------------------------------------- driving
@@ -349,7 +387,8 @@ class _Compiler:
             text = text.replace("{", "{{").replace("}", "}}")
             for tok in used:
                 text = text.replace(tok, "{" + tok + "}")
-        return _spark_sql(self.spark, text, {t: self.bindings[t] for t in used}, rewritten=True, what=what)
+        return _spark_sql(self.spark, text, {t: self.bindings[t] for t in used}, rewritten=True, what=what,
+                          names=self.names)
 
     def bind_views(self, tree: exp.Expr) -> None:
         """Point every table named like a keyword DataFrame (and not a CTE) at it."""
@@ -363,7 +402,7 @@ class _Compiler:
             if key not in self.views or key in {self.norm(c.alias) for c in _visible_ctes(table)}:
                 continue
             if key not in tokens:
-                tokens[key] = self.token(self.views[key])
+                tokens[key] = self.token(self.views[key], table.name)
             if not table.alias:
                 table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
             table.set("this", exp.to_identifier(tokens[key]))
@@ -394,7 +433,11 @@ class _Compiler:
         r_names = self.right_names(left, right)
         self.rewrite_columns(select, join, left, right, r_names, spec)  # validates before any plan is built
         view_df = self.asof_frame(left, right, spec, r_names)
-        from_.set("this", exp.Table(this=exp.to_identifier(self.token(view_df)), alias=exp.TableAlias(this=exp.to_identifier(la))))
+        for n, v in r_names.items():
+            if v != n:  # a right column renamed apart from a left one: messages say `p`.`ts`
+                self.names[v] = f"{ra}.{n}"
+        token = self.token(view_df, f"{la} ASOF JOIN {ra}")
+        from_.set("this", exp.Table(this=exp.to_identifier(token), alias=exp.TableAlias(this=exp.to_identifier(la))))
         join.pop()
 
     def side(self, rel: exp.Expr, alias: str, which: str) -> _Side:

@@ -14,7 +14,7 @@ from oracle import Coll, Product, Total, consolidate, ref_bfs, ref_iterate, ref_
 from pyspark.sql import functions as F
 
 import spark_differential  # noqa: F401
-from spark_differential.errors import IterationError, IterationLimitExceeded, SchemaMismatchError
+from spark_differential.errors import IterationError, IterationLimitExceeded, NullValueError, SchemaMismatchError
 
 SEED_001_EDGES = [
     ((1, 1), 0, 1), ((2, 1), 0, 1), ((0, 1), 0, 1), ((0, 2), 0, 1), ((1, 0), 0, 1),
@@ -280,6 +280,34 @@ def test_non_converging_body_raises(spark, path):
         roots.dd_iterate(lambda d: d.select((F.col("x") + 1).alias("x"), "time", "diff").dd_distinct(), max_iterations=4)
     assert err.value.iterations == 4 and err.value.changing > 0
     assert "max_iterations=4" in str(err.value)
+
+
+@pytest.mark.parametrize("what", ["time", "diff"])
+def test_null_entering_a_loop(spark, path, what):
+    """A null time or diff in the roots or in a collection entering the body fails the loop
+    with the same NullValueError on both paths (never a dropped row)."""
+    good = spark.createDataFrame([(0, 1, 0, 1), (1, 2, 0, 1)], "src long, dst long, time long, diff long")
+    row = (2, 3, None, 1) if what == "time" else (2, 3, 0, None)
+    bad = good.union(spark.createDataFrame([row], "src long, dst long, time long, diff long"))
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+    bad_roots = roots.union(spark.createDataFrame([(5, *row[2:])], "node long, time long, diff long"))
+
+    def body(edges, extra=None):
+        def step(d):
+            nxt = (d.dd_join(edges.withColumnRenamed("src", "node"), on="node")
+                   .select(F.col("dst").alias("node"), "time", "diff"))
+            if extra is not None:
+                nxt = nxt.dd_concat(extra)
+            return nxt.dd_concat(d).dd_distinct()
+        return step
+
+    # null in the roots; in a collection joined in the body; in one concatenated in the body
+    for r, b in ((bad_roots, body(good)), (roots, body(bad)), (roots, body(good, bad_roots))):
+        with pytest.raises(NullValueError) as err:
+            r.dd_iterate(b)
+        assert str(err.value).startswith(f"dd_iterate: a null {what} reached the operator")
+    if path == "in_task":  # the fixture checks that the in-task path ran: one loop without nulls
+        assert sorted(rows_of(roots.dd_iterate(body(good)))) == [((0,), 0, 1), ((1,), 0, 1), ((2,), 0, 1)]
 
 
 def test_body_schema_mismatch(spark):

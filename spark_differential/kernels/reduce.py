@@ -54,6 +54,7 @@ class ThresholdParams:
     ttype: TimeType
     func: Callable[[int], int] | None = field(default=None, compare=False)  # None: distinct
     op: str = "dd_threshold"
+    data_names: tuple[str, ...] = ()  # the user's names of the data columns (for messages)
 
 
 # ---------------------------------------------------------------------------------
@@ -166,8 +167,6 @@ def _func_snapshots(p: ReduceParams, alive: pa.Table) -> pa.Table:
         user = k[: len(p.key_names)]
         rows = g[[*user, *a, "_d"]].rename(columns=dict(zip([*user, *a, "_d"], [*p.key_names, *p.data_names, "diff"])))
         res = call_func(p, key_vals, tleaves, rows.reset_index(drop=True))
-        if res is None:
-            continue
         nvals = [exact[c][i0] for c in n]
         for vals, m in res:
             row = dict(zip(k, key_vals)) | dict(zip(outs, vals)) | dict(zip(t, tleaves)) | dict(zip(n, nvals)) | {"_m": m}
@@ -204,8 +203,12 @@ def _table_from_rows(p: ReduceParams, like: pa.Table, rows: list[dict[str, Any]]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], rows: Any) -> list[tuple[tuple, int]] | None:
-    """Call the user's reduce function for one key at one time, checking what it returns."""
+def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], rows: Any) -> list[tuple[tuple, int]]:
+    """Call the user's reduce function for one key at one time, checking what it returns.
+
+    Anything but a pandas DataFrame with the declared columns and an integral ``diff``
+    (``None`` from a forgotten ``return`` included; "no rows" is an empty DataFrame)
+    raises :class:`OutputSchemaError` naming the key and the time."""
     import pandas as pd
 
     assert p.func is not None
@@ -215,7 +218,10 @@ def call_func(p: ReduceParams, key_vals: Sequence[Any], tleaves: Sequence[int], 
     except Exception as e:
         raise UserFunctionError(f"{p.op}: func raised {type(e).__name__}: {e} for {where}") from e
     if res is None:
-        return None
+        raise OutputSchemaError(
+            f"{p.op}: func returned None for {where}; it must return a pandas DataFrame with columns "
+            f"{list(p.out_names)} and `diff` (a forgotten `return`?). Return an empty DataFrame for no rows."
+        )
     if not isinstance(res, pd.DataFrame):
         raise OutputSchemaError(
             f"{p.op}: func must return a pandas DataFrame with columns {list(p.out_names)} and `diff`; "
@@ -295,7 +301,7 @@ def _evaluator(p: ReduceParams) -> Callable[[Hashable, Counter, tuple[int, ...]]
         frame = pd.DataFrame(data, columns=[*p.key_names, *p.data_names, "diff"])
         res = call_func(p, key_vals, s, frame)
         out: Counter = Counter()
-        for vals, m in res or []:
+        for vals, m in res:
             out[vals] += m
         return out
 
@@ -365,7 +371,11 @@ def _reduce_total(p: ReduceParams, X: pa.Table) -> pa.Table:
 # threshold / distinct
 
 
-def _apply_threshold(func: Callable[[int], int] | None, values: np.ndarray, op: str) -> np.ndarray:
+def _apply_threshold(
+    func: Callable[[int], int] | None, values: np.ndarray, op: str, where: Callable[[int], str] = lambda i: ""
+) -> np.ndarray:
+    """``func`` of every multiplicity (called once per distinct value); ``where(i)`` names the
+    row and time of ``values[i]`` for error messages."""
     if func is None:
         return (values > 0).astype(np.int64)
     uniq = np.unique(values)
@@ -377,11 +387,23 @@ def _apply_threshold(func: Callable[[int], int] | None, values: np.ndarray, op: 
         try:
             r = func(int(m))
         except Exception as e:
-            raise UserFunctionError(f"{op}: func raised {type(e).__name__}: {e} for multiplicity {m}") from e
+            at = where(int(np.argmax(values == m)))
+            raise UserFunctionError(f"{op}: func raised {type(e).__name__}: {e} for multiplicity {m}{at}") from e
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
-            raise OutputSchemaError(f"{op}: func must return an int multiplicity; it returned {r!r} for {m}")
+            at = where(int(np.argmax(values == m)))
+            raise OutputSchemaError(
+                f"{op}: func must return an int multiplicity; it returned {r!r} for multiplicity {m}{at}"
+                + (" (a forgotten `return`?)" if r is None else "")
+            )
         mapped[m] = int(r)
     return np.array([mapped[v] for v in values.tolist()], dtype=np.int64)
+
+
+def _row_at(p: ThresholdParams, data: Sequence[Any], tleaves: Sequence[int]) -> str:
+    """`` (row {...} at time t)``: where a threshold function was called, in the user's names."""
+    names_ = list(p.data_names) or names("_a", p.ndata)
+    row = dict(zip(names_, data))
+    return f" (row {row} at time {p.ttype.decode_value(tuple(int(x) for x in tleaves))!r})"
 
 
 def _threshold_total_diffs(p: ThresholdParams, Y: pa.Table) -> pa.Table:
@@ -389,7 +411,11 @@ def _threshold_total_diffs(p: ThresholdParams, Y: pa.Table) -> pa.Table:
     r = duck.run("running", {"X": Y}, d_cols=csv(a) if a else "0 AS _nodata", t=csv(t), d_window=window(a))
     c = r.column("_c").to_numpy()
     prev = r.column("_p").to_numpy()
-    d = _apply_threshold(p.func, c, p.op) - _apply_threshold(p.func, prev, p.op)
+
+    def where(i: int) -> str:
+        return _row_at(p, [r.column(x)[i].as_py() for x in a], [r.column(x)[i].as_py() for x in t])
+
+    d = _apply_threshold(p.func, c, p.op, where) - _apply_threshold(p.func, prev, p.op, where)
     keep = np.nonzero(d)[0]
     out = r.select([*a, *t]).take(pa.array(keep)) if a else r.select(t).take(pa.array(keep))
     return out.append_column("_d", pa.array(d[keep], pa.int64()))
@@ -407,7 +433,7 @@ def threshold(p: ThresholdParams, X: pa.Table) -> pa.Table:
             m = acc.get(key, 0)
             if m == 0:
                 return Counter()
-            v = int(_apply_threshold(p.func, np.array([m], dtype=np.int64), p.op)[0])
+            v = int(_apply_threshold(p.func, np.array([m], dtype=np.int64), p.op, lambda i: _row_at(p, key, s))[0])
             return Counter({key: v}) if v else Counter()
 
         res = generic.per_key(p.ttype, rows, evaluate)

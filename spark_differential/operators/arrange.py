@@ -15,7 +15,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, as_columns, inspect, require_columns
+from ..collection import DIFF, TIME, as_columns, checked, inspect, qcol, qcols, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import bucket_of, buckets, key_hash, shuffle_partitions
 
@@ -52,7 +52,8 @@ def dd_arrange(df: DataFrame, by: str | Sequence[str], storage: StorageLevel | N
     spark = df.sparkSession
     nparts = shuffle_partitions(spark)
     data = list(cs.data_cols)
-    consolidated = df.groupBy(*data, TIME).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
-    part = bucket_of(key_hash([F.col(k) for k in keys]), buckets(spark), nparts)
-    arranged = consolidated.repartition(nparts, part).select(*data, TIME, DIFF)
+    df = checked(df, cs, op)
+    consolidated = df.groupBy(*qcols(data), TIME).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    part = bucket_of(key_hash([qcol(k) for k in keys]), buckets(spark), nparts)
+    arranged = consolidated.repartition(nparts, part).select(*qcols(data), TIME, DIFF)
     return arranged.persist(storage or StorageLevel.MEMORY_AND_DISK)

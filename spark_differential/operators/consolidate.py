@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, inspect, time_leaf_names
+from ..collection import DIFF, TIME, checked, inspect, qcols, time_leaf_names
 from ..errors import FrontierError, SchemaMismatchError
 from ..execution import Input, execute, kernel_fields
 from ..kernels import consolidate as kcons
@@ -53,7 +53,13 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
     if frontier is not None:
         if isinstance(cs.ttype, Loop):
             raise FrontierError(f"{op}: a frontier cannot be used inside a dd_iterate body")
-        front = Antichain.from_values(cs.ttype, frontier).elements
+        try:
+            front = Antichain.from_values(cs.ttype, frontier).elements
+        except FrontierError as e:
+            raise FrontierError(
+                f"{op}: frontier={frontier!r} does not fit the time type {cs.ttype.describe()}: {e}. "
+                "Pass a time or a list of times of that type, e.g. frontier=[5]"
+            ) from None
     if method == "kernel":
         if isinstance(cs.ttype, Loop):
             raise SchemaMismatchError(f"{op}: method='kernel' is not available inside a dd_iterate body")
@@ -63,15 +69,16 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
         cols = list(zip(names("_a", len(data)), data))
         return execute(op, kcons.consolidate, params, [inp], [Entry(F.col(TIME), None)], kernel_fields(inp), cols, cs.ttype)
     data = list(cs.data_cols)
+    df = checked(df, cs, op)
     if front is None:
         return (
-            df.groupBy(*data, TIME)
+            df.groupBy(*qcols(data), TIME)
             .agg(F.sum(DIFF).cast("long").alias(DIFF))
             .where(F.col(DIFF) != 0)
         )
     leaves = time_leaf_names(cs.ttype.width)
-    enc = df.select(*data, *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
+    enc = df.select(*qcols(data), *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
     adv = [F.expr(e).alias(n) for e, n in zip(cs.ttype.sql_advance(leaves, front), leaves)]
-    advanced = enc.select(*data, *adv, DIFF)
-    summed = advanced.groupBy(*data, *leaves).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
-    return summed.select(*data, cs.ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)
+    advanced = enc.select(*qcols(data), *adv, DIFF)
+    summed = advanced.groupBy(*qcols(data), *leaves).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    return summed.select(*qcols(data), cs.ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..collection import as_columns, inspect, require_columns
+from ..collection import as_columns, inspect, qcol, qcols, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields, key_casts
 from ..kernels import join as kjoin
@@ -25,7 +24,7 @@ from ..scope import unify
 def _not_null(df: DataFrame, on: Sequence[str]) -> DataFrame:
     cond = None
     for c in on:
-        e = F.col(c).isNotNull()
+        e = qcol(c).isNotNull()
         cond = e if cond is None else cond & e
     return df if cond is None else df.where(cond)
 
@@ -62,7 +61,7 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
     result = execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
     if mode != "join":
         # keep the left input's column order
-        result = result.select(*a.data_cols, "time", "diff")
+        result = result.select(*qcols(a.data_cols), "time", "diff")
     return result
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, consolidate_spark, inspect
+from ..collection import DIFF, TIME, checked, consolidate_spark, inspect, qcols
 from ..errors import SchemaMismatchError
 from ..scope import unify
 
@@ -33,8 +33,10 @@ def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
     +---+----+----+
     <BLANKLINE>
     """
-    cs = inspect(df, op="dd_negate")
-    out = df.select(*cs.data_cols, TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
+    op = "dd_negate"
+    cs = inspect(df, op=op)
+    df = checked(df, cs, op)
+    out = df.select(*qcols(cs.data_cols), TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
     return consolidate_spark(out, cs.data_cols) if consolidate else out
 
 
@@ -81,8 +83,9 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
         out = concat_in_loop(op, dfs, schemas, entries, target)
         return consolidate_spark(out, first.data_cols) if consolidate else out
     out = None
-    for d, e in zip(dfs, entries):
-        part = d.select(*first.data_cols, e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
+    for d, cs, e in zip(dfs, schemas, entries):
+        d = checked(d, cs, op)
+        part = d.select(*qcols(first.data_cols), e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
         out = part if out is None else out.unionByName(part)
     assert out is not None
     return consolidate_spark(out, first.data_cols) if consolidate else out

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from .._lazy import lazy
-from ..collection import as_columns, inspect, require_columns
+from ..collection import as_columns, inspect, qcols, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields
 from ..kernels import reduce as kreduce
@@ -159,7 +159,7 @@ def dd_reduce(
     if not rest:
         raise SchemaMismatchError(f"{op}: schema must name at least one output column besides the `by` columns")
     out = _reduction(df, op, by, "func", None, rest, func)
-    return out.select(*[f.name for f in fields], "time", "diff")
+    return out.select(*qcols([f.name for f in fields]), "time", "diff")
 
 
 def dd_count(df: DataFrame, by: str | Sequence[str] | None = None) -> DataFrame:
@@ -274,7 +274,7 @@ def _threshold(df: DataFrame, op: str, func: Callable[[int], int] | None) -> Dat
     _, kernel_t, entries = unify(op, [cs], ["input"])
     data = list(cs.data_cols)
     inp = Input(df, cs, [], data, "_a", kernel_t, entries[0].time_col, hash_cols=data)
-    params = kreduce.ThresholdParams(len(data), kernel_t, func, op)
+    params = kreduce.ThresholdParams(len(data), kernel_t, func, op, tuple(data))
     cols = list(zip(names("_a", len(data)), data))
     return execute(op, kreduce.threshold, params, [inp], entries, kernel_fields(inp), cols, kernel_t)
 
