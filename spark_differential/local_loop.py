@@ -637,8 +637,13 @@ def record(roots: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], 
 
 
 def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
-        spread: Any = None) -> Any | None:
+        spread: Any = None, cheap: bool = False) -> Any | None:
     """Run the loop in one task; the result collection, or ``None`` when the input is too large.
+
+    ``cheap``: every source only projects data Spark holds already (local rows,
+    checkpoints, cached tables: :func:`_held`), so the loop's task reads them itself (``coalesce(1)``,
+    one stage) instead of through a shuffle to one partition (two stages, the sources
+    read in parallel: right when they are computed by a plan of their own).
 
     ``spread`` (:class:`spark_differential.chunks.Chunks`): the sources go in chunked form
     to one task per partition, each running the loop over its chunks, and the answers
@@ -682,7 +687,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
         union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
     else:
-        union = union.repartition(1)
+        union = union.coalesce(1) if cheap else union.repartition(1)
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
@@ -758,12 +763,12 @@ def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: A
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
     if not _spread_setting(df.sparkSession):
-        estimate = _estimated_rows(sources)
+        estimate, held = _estimated_rows(sources)
         if estimate > limit:
             log.info("dd_iterate: running distributed, not inside one task: Spark estimates %d input rows (%s=%d)",
                      estimate, CONF, limit)
             return None
-        result = run(df, cs, program, sources, bar)
+        result = run(df, cs, program, sources, bar, cheap=held)
         if result is None:
             log.info("dd_iterate: running distributed, not inside one task: too many rows for one task")
         return result
@@ -798,21 +803,42 @@ def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> A
     return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)
 
 
-def _estimated_rows(sources: Sequence[Any]) -> int:
-    """A lower estimate of the sources' rows from Spark's plan statistics (no job): the row
-    count where Spark knows it (checkpoints, cached and local data), else the size over a
-    generous row width; 0 where nothing is known (the task's own count then decides)."""
+def _estimated_rows(sources: Sequence[Any]) -> tuple[int, bool]:
+    """A lower estimate of the sources' rows from Spark's plan statistics (no job), and
+    whether every source only reads rows Spark holds already (:func:`_held`).
+
+    The estimate is the row count where Spark knows it (checkpoints, cached and local
+    data), else the size over a generous row width; 0 where nothing is known (the task's
+    own count then decides)."""
     total = 0
+    held = True
     for df in sources:
         try:
-            stats = df._jdf.queryExecution().optimizedPlan().stats()
+            plan = df._jdf.queryExecution().optimizedPlan()
+            held = held and _held(plan)
+            stats = plan.stats()
             rows = stats.rowCount()
             if rows.isDefined():
                 total += int(str(rows.get()))
                 continue
             size = int(str(stats.sizeInBytes()))
         except Exception:  # noqa: BLE001 - a session without plan statistics: no estimate
+            held = False
             continue
         if size < (1 << 62):  # Spark's "unknown" is Long.MaxValue
             total += size // (16 * (len(df.columns) + 1))
-    return total
+    return total, held
+
+
+_HELD = {"LogicalRDD", "LocalRelation", "InMemoryRelation", "Project", "Filter", "SubqueryAlias", "Union"}
+
+
+def _held(plan: Any) -> bool:
+    """Whether a plan only reads rows Spark holds already (local rows, checkpoints, cached
+    tables) and projects or filters them: no file scan, join or aggregate whose work one
+    task should not do alone.  (A filter's estimated size is its input's, so a filter
+    over more held rows than the loop's limit is already sent to the distributed path.)"""
+    if plan.nodeName() not in _HELD:
+        return False
+    children = plan.children()
+    return all(_held(children.apply(i)) for i in range(children.size()))
