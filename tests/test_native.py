@@ -159,3 +159,18 @@ def test_arrow_filter_and_union() -> None:
     assert filtered.to_pylist() == [{"a": 1, "b": 0}]  # null comparisons drop the row, as WHERE does
     both = evaluate(("union", ("a", "b"), (leaf, ("filter", leaf, cond))), {"X": t})
     assert rows(both) == rows(t) + rows(filtered)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables())
+def test_consolidated_through_duckdb_equals_arrow(table: pa.Table) -> None:
+    cols = [c for c in table.column_names if c != "_d"]
+    arrow = native.consolidated(table, cols)
+    limit = native.ARROW_GROUP_ROWS
+    native.ARROW_GROUP_ROWS = -1  # every table is "large": the DuckDB branch
+    try:
+        sql = native.consolidated(table, cols)
+    finally:
+        native.ARROW_GROUP_ROWS = limit
+    assert sql.column_names == arrow.column_names
+    assert rows(sql) == rows(arrow)

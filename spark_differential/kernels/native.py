@@ -9,7 +9,8 @@ iteration, where a DuckDB query's fixed cost (registering its inputs, planning)
 is a few milliseconds and Arrow's hash grouping and ``is_in`` take a fraction of
 that.
 
-Arrow is used only where it gives exactly what the SQL gives: grouping columns of
+Arrow groups tables of up to :data:`ARROW_GROUP_ROWS` rows (DuckDB is faster on
+larger ones), and only where it gives exactly what the SQL gives: grouping columns of
 integer, boolean, string, binary, date and timestamp types (floating point keys
 group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
 (checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
@@ -28,6 +29,9 @@ pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
 
 _SAFE_SUM = 1 << 62
+# Above this many rows DuckDB's single-threaded grouping beats Arrow's (measured on
+# five int64 columns: 2.5 against 6.2 ms at 20,000 rows, 44 against 27 ms at 200,000)
+ARROW_GROUP_ROWS = 50_000
 
 
 def _groupable(t: pa.DataType) -> bool:
@@ -61,7 +65,8 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.T
     if table.num_rows == 0:
         return table.select([*cols, diff])
     fields = table.schema
-    if all(_groupable(fields.field(c).type) for c in cols) and _arrow_can_sum(table, diff):
+    small = table.num_rows <= ARROW_GROUP_ROWS
+    if small and all(_groupable(fields.field(c).type) for c in cols) and _arrow_can_sum(table, diff):
         d = table.column(diff).cast(pa.int64())
         if not cols:
             total = pc.sum(d).as_py() or 0
