@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import session_jobs
-from helpers import CONNECT
+from helpers import CONNECT, rows_of
 from oracle import Coll, Total, assert_updates_equal, ref_bfs, ref_count, ref_join, ref_reduce
 from pyspark import cloudpickle
 from session_jobs import KEYS, inputs, run_job, top2
@@ -146,3 +146,21 @@ def test_a_classic_process_refuses_a_local_connect_server(spark):
     with pytest.raises(EnvironmentError_, match="one kind of session per process"):
         sd.session(remote="local[2]")
     assert spark.range(3).count() == 3  # the classic session is unharmed
+
+
+@pytest.mark.connect
+def test_the_fault_switch_fails_jobs_without_retries(spark):
+    """The test fixture's ``local[2]`` allows no retry: with the switch on a kernel's
+    first attempt is its last, so the job fails with the injected fault (on Spark
+    Connect too: the switch travels in the kernel's closure)."""
+    from spark_differential._testing import FAIL_FIRST_ATTEMPT
+
+    df = spark.createDataFrame([(1, 0, 1), (1, 2, 1)], "k long, time long, diff long")
+    spark.conf.set(FAIL_FIRST_ATTEMPT, "true")
+    try:
+        failing = df.dd_count("k")
+    finally:
+        spark.conf.unset(FAIL_FIRST_ATTEMPT)
+    with pytest.raises(Exception, match="InjectedFault"):
+        failing.collect()
+    assert sorted(rows_of(df.dd_count("k"))) == [((1, 1), 0, 1), ((1, 1), 2, -1), ((1, 2), 2, 1)]
