@@ -141,6 +141,10 @@ def _connect_session(remote: str, app_name: str, extra: dict[str, str]) -> Any:
                 "stop the classic one first (spark.stop()), or run the Connect work in another process."
             ) from e
         raise
+    from . import METHODS
+    from .registration import register
+
+    register(METHODS, connect=True)  # now that the Connect client is loaded: check its DataFrame class too
     if local and not started:
         from pyspark import SparkContext
 
