@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._lazy import lazy
+from ._testing import fault_hook
 from .collection import DIFF, TIME, CollectionSchema, null_guard, qcol
 from .errors import SchemaMismatchError
 from .kernels.common import NEW, D, conform, keys, names, over_partition, times
@@ -279,6 +280,7 @@ def run_per_partition(
     :func:`run_prepared`), with no sort by bucket and no bucket column sent."""
     spark = prepared.sparkSession
     schema = arrow_schema(spark, out_schema)
+    kernel = fault_hook(spark, kernel)
     one = prepared.drop(KEY_HASH).repartition(BUCKET).drop(BUCKET)
     return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
 
@@ -296,6 +298,7 @@ def run_prepared(
     into by bucket; a one-input kernel then runs once per partition instead of per bucket."""
     spark = prepared[0].sparkSession
     schema = arrow_schema(spark, out_schema)
+    kernel = fault_hook(spark, kernel)
     # the key hash only selects and places rows; kernels never read it, so it is not
     # shipped to Python (moving rows to the Python workers is most of a kernel's cost)
     prepared = [p.drop(KEY_HASH) for p in prepared]
@@ -331,6 +334,7 @@ def run_pair_per_partition(
     (each call paying DuckDB's fixed cost) and sorts both sides by bucket."""
     spark = prepared[0].sparkSession
     schema = arrow_schema(spark, out_schema)
+    kernel = fault_hook(spark, kernel)
     a, b = (p.drop(KEY_HASH) for p in prepared)
     cols_a = [c for c in a.columns if c != BUCKET]
     cols_b = [c for c in b.columns if c != BUCKET]

@@ -139,7 +139,12 @@ def _counted(df: DataFrame) -> tuple[DataFrame, int]:
         out = _checkpoint(df)
         return out, out.count()
     out = _checkpoint(observed)
-    return out, int(obs.get["n"])
+    metrics = obs.get
+    if "n" not in metrics:
+        # Spark Connect: a checkpoint is a command, and its reply carries no observed
+        # metrics (the Observation stays empty); count the checkpointed rows instead
+        return out, out.count()
+    return out, int(metrics["n"])
 
 
 def _release(df: DataFrame) -> None:

@@ -627,6 +627,8 @@ def record(roots: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], 
            check: Callable[[Any], Any], max_iterations: int | None, limit: int) -> tuple[Program, list[Any]]:
     """Call ``body`` once on placeholders; the program and its sources (the roots first)."""
     spark = roots.sparkSession
+    if getattr(roots, "_jdf", None) is None:  # checked before the Recorder reaches for the JVM
+        raise Untranslatable("the session is Spark Connect (no analysed plan to translate)")
     rec = Recorder(spark, loop_t, cs, roots)
     ctx.recording = rec
     try:

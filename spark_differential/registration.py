@@ -9,6 +9,7 @@ silently shadowed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,13 +26,22 @@ def _connect_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("grpc", "grpc_status", "google.protobuf"))
 
 
-def _dataframe_classes() -> list[type]:
+_CONNECT_MODULE = "pyspark.sql.connect.dataframe"
+
+
+def _dataframe_classes(connect: bool = False) -> list[type]:
+    """The DataFrame base class and the subclasses whose attributes a method must not shadow.
+
+    Spark Connect's class is looked at only when its module is already loaded (or
+    ``connect``): importing it loads gRPC and protobuf, seconds that ``import
+    spark_differential`` must not cost.  ``sd.session(remote=...)`` registers again
+    with ``connect=True`` once the Connect client is loaded."""
     from pyspark.sql import DataFrame
 
     classes: list[type] = [DataFrame]
     modules = [("pyspark.sql.classic.dataframe", "DataFrame")]
-    if _connect_available():
-        modules.append(("pyspark.sql.connect.dataframe", "DataFrame"))
+    if (connect or _CONNECT_MODULE in sys.modules) and _connect_available():
+        modules.append((_CONNECT_MODULE, "DataFrame"))
     for mod, name in modules:
         try:
             module = __import__(mod, fromlist=[name])
@@ -59,9 +69,10 @@ def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-def register(methods: dict[str, Callable[..., Any]]) -> None:
-    """Set ``methods`` on ``pyspark.sql.DataFrame``; refuse to shadow foreign attributes."""
-    classes = _dataframe_classes()
+def register(methods: dict[str, Callable[..., Any]], connect: bool = False) -> None:
+    """Set ``methods`` on ``pyspark.sql.DataFrame``; refuse to shadow foreign attributes
+    (of Spark Connect's DataFrame too when it is loaded, or ``connect``)."""
+    classes = _dataframe_classes(connect)
     base = classes[0]
     for name, fn in methods.items():
         for cls in classes:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 from .errors import EnvironmentError_
@@ -80,11 +81,7 @@ def session(master: str | None = None, remote: str | None = None, app_name: str 
     from pyspark.sql import SparkSession
 
     if remote:
-        builder = SparkSession.builder.remote(remote).appName(app_name)
-        for k, v in {**_connect_safe(default_conf()), **extra}.items():
-            builder = builder.config(k, v)
-        spark = builder.getOrCreate()
-        return spark
+        return _connect_session(remote, app_name, extra)
     master = master or os.environ.get("MASTER") or "local[*]"
     active = SparkSession.getActiveSession()
     if active is not None and not extra:
@@ -108,6 +105,58 @@ def session(master: str | None = None, remote: str | None = None, app_name: str 
         raise
     spark.sparkContext.setLogLevel(os.environ.get("SD_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def _connect_session(remote: str, app_name: str, extra: dict[str, str]) -> Any:
+    """A Spark Connect session.  ``remote="local[...]"`` starts a Connect server in this
+    process (pyspark starts a classic SparkContext with the Connect plugin): it gets
+    the whole :func:`default_conf`, since its static settings (driver memory, UI, the
+    workers' interpreter) are decided now.  A remote ``sc://`` server keeps its own
+    static configuration: only runtime SQL settings are sent."""
+    from pyspark.sql import SparkSession
+
+    local = remote.startswith("local")
+    started = "SPARK_LOCAL_REMOTE" in os.environ  # pyspark's mark: this process already runs a local server
+    if local and not started:
+        _check_java()
+        inner = remote[len("local[") : -1] if remote.startswith("local[") else ""
+        conf = {**default_conf(int(inner) if inner.isdigit() else None), **extra}
+    else:
+        conf = {**_connect_safe(default_conf()), **extra}
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    try:
+        with warnings.catch_warnings():
+            if local and not started:
+                # pyspark hands every option to the server it starts, then also tries to set
+                # them on the Connect session and warns about each static one ("Failed to set")
+                warnings.filterwarnings("ignore", message="Failed to set", category=UserWarning)
+            spark = builder.getOrCreate()
+    except Exception as e:
+        if "SESSION_ALREADY_EXIST" in str(e) or "SESSION_OR_CONTEXT_EXISTS" in str(e):
+            raise EnvironmentError_(
+                f"spark_differential: cannot start a local Spark Connect server (remote={remote!r}) in a "
+                "process that already runs a classic SparkSession. Use one kind of session per process: "
+                "stop the classic one first (spark.stop()), or run the Connect work in another process."
+            ) from e
+        raise
+    from . import METHODS
+    from .registration import register
+
+    register(METHODS, connect=True)  # now that the Connect client is loaded: check its DataFrame class too
+    if local and not started:
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context  # the in-process server's context
+        if sc is not None:
+            sc.setLogLevel(os.environ.get("SD_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def is_connect(obj: Any) -> bool:
+    """Whether a SparkSession or DataFrame is Spark Connect's (no JVM objects in this process)."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
 
 
 def _connect_safe(conf: dict[str, str]) -> dict[str, str]:

@@ -1,4 +1,12 @@
-"""Test fixtures: one local SparkSession shared by the whole test session."""
+"""Test fixtures: one SparkSession shared by the whole test session.
+
+Classic by default.  With ``SD_TEST_SESSION=connect`` (the second pytest process
+``./dev test`` starts) the ``spark`` fixture is a local Spark Connect session
+(``sd.session(remote="local[2]")``: a Connect server in this process and a Connect
+client talking to it) and only the tests marked ``connect`` are collected; the
+others are deselected.  The two kinds cannot share a process: pyspark refuses to
+start a local Connect server next to a classic SparkContext (``SESSION_ALREADY_EXIST``).
+"""
 
 from __future__ import annotations
 
@@ -11,18 +19,36 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from helpers import CONNECT  # noqa: E402
+
+CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.driver.memory": "2g",
+}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"spark_differential: {'Spark Connect (local server)' if CONNECT else 'classic'} session"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not CONNECT:
+        return
+    keep = [i for i in items if i.get_closest_marker("connect") is not None]
+    dropped = [i for i in items if i.get_closest_marker("connect") is None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 @pytest.fixture(scope="session")
 def spark():
     import spark_differential as sd
 
-    s = sd.session(
-        master="local[2]",
-        conf={
-            "spark.sql.shuffle.partitions": "4",
-            "spark.default.parallelism": "4",
-            "spark.sql.adaptive.coalescePartitions.enabled": "true",
-            "spark.driver.memory": "2g",
-        },
-    )
+    if CONNECT:
+        s = sd.session(remote="local[2]", conf=CONF)
+    else:
+        s = sd.session(master="local[2]", conf=CONF)
     yield s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 from oracle import AltNeu, Coll, Product, Total, assert_updates_equal, consolidate, plain
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
+
+CONNECT = os.environ.get("SD_TEST_SESSION", "classic") == "connect"  # see conftest.py
 
 
 def time_type(lat: Any, names: Sequence[str] | None = None) -> T.DataType:
@@ -75,4 +78,13 @@ def cases(
     return Coll(("case", *cols), updates)
 
 
-__all__ = ["assert_matches", "cases", "consolidate", "rows_of", "time_type", "to_df"]
+def connect_params(values: Sequence[Any], *which: Any) -> list[Any]:
+    """``values`` for ``pytest.mark.parametrize``, those in ``which`` (default: the first)
+    marked ``connect``: they also run in the Spark Connect pass of ``./dev test``."""
+    import pytest
+
+    chosen = list(which) if which else [values[0]]
+    return [pytest.param(v, marks=pytest.mark.connect) if v in chosen else v for v in values]
+
+
+__all__ = ["CONNECT", "assert_matches", "cases", "connect_params", "consolidate", "rows_of", "time_type", "to_df"]

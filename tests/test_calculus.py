@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 import pytest
-from helpers import cases, rows_of
+from helpers import cases, connect_params, rows_of
 from oracle import (
     Coll,
     Product,
@@ -47,6 +47,7 @@ P2 = Product([Total(), Total()])
 # differentiate / integrate
 
 
+@pytest.mark.connect
 def test_integrate_differentiate_roundtrip_int_and_struct(spark) -> None:
     nested = Product([Total(), Product([Total(), Total()])])
     for lat in (Total(), P2, nested):
@@ -81,6 +82,7 @@ def test_integrate_differentiate_roundtrip_dates_and_timestamps(spark) -> None:
     assert Counter(rows_of(micros_time(back_t))) == expected
 
 
+@pytest.mark.connect
 def test_differentiate_by_hand(spark) -> None:
     df = spark.createDataFrame([("bacon", 5, 2)], "item string, time long, diff long")
     assert sorted(rows_of(df.differentiate())) == [(("bacon",), (5, False), 2), (("bacon",), (5, True), -2)]
@@ -115,7 +117,7 @@ ALL_VARIANTS = [(m, how, strict) for m in ("kernel", "calculus") for how in ("in
 SOME_VARIANTS = [v for v in ALL_VARIANTS if v[0] == "kernel"] + [("calculus", "inner", True), ("calculus", "left", False)]
 
 
-@pytest.mark.parametrize("name", ["int", "product2"])
+@pytest.mark.parametrize("name", connect_params(["int", "product2"], "int"))
 def test_asof_join_vs_oracle(spark, name: str) -> None:
     lat = Total() if name == "int" else P2
     VARIANTS = ALL_VARIANTS if name == "int" else SOME_VARIANTS  # noqa: N806

@@ -69,6 +69,7 @@ def test_exported_and_registered(spark) -> None:
 KINDS = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
 
 
+@pytest.mark.connect
 def test_change_feed_random_rows_match_reference(spark) -> None:
     """Arbitrary feed rows (not necessarily a consistent table): each row is one +-1 update."""
     rng = random.Random(7)
@@ -170,6 +171,7 @@ ROW = "struct<case: long, x: long, y: string>"
 ENVELOPE = f"before {ROW}, after {ROW}, op string, ts_ms long, source struct<db: string, ts_ms: long>"
 
 
+@pytest.mark.connect
 def test_cdc_random_envelopes_match_reference(spark) -> None:
     rng = random.Random(3)
     rows, ref = [], []
@@ -316,6 +318,7 @@ def interval_rows(df: DataFrame) -> list[tuple[tuple, Any, Any, int]]:
     )
 
 
+@pytest.mark.connect
 def test_from_intervals_random_matches_reference(spark) -> None:
     rng = random.Random(1)
     rows = random_intervals(rng, 40)
@@ -335,6 +338,7 @@ def test_from_intervals_dates(spark) -> None:
     assert_updates_equal(rows_of(out), ref_from_intervals(rows))
 
 
+@pytest.mark.connect
 def test_to_intervals_random_matches_reference_and_round_trips(spark) -> None:
     rng = random.Random(9)
     ups = random_nonnegative(rng, 60)

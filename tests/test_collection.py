@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from helpers import cases, rows_of
+from helpers import cases, connect_params, rows_of
 from oracle import (
     Coll,
     Product,
@@ -55,6 +55,7 @@ def _counter(df: Any) -> Counter:
 # sd.collection
 
 
+@pytest.mark.connect
 def test_collection_renames_and_casts(spark) -> None:
     raw = spark.createDataFrame([("bacon", 3, 2), ("eggs", 5, -1)], "item string, ts int, cnt int")
     c = sd.collection(raw, time="ts", diff="cnt")
@@ -134,6 +135,7 @@ def _random_snapshots(rng: random.Random, n: int) -> list[tuple[tuple, int]]:
     return rows
 
 
+@pytest.mark.connect
 def test_from_snapshots_vs_oracle(spark) -> None:
     rng = random.Random(7)
     rows = _random_snapshots(rng, 6)
@@ -158,7 +160,7 @@ def test_from_snapshots_other_version_column_and_dates(spark) -> None:
     assert_updates_equal(rows_of(out), ref_from_snapshots(rows, ("x",)).updates)
 
 
-@pytest.mark.parametrize("with_deletes", [False, True])
+@pytest.mark.parametrize("with_deletes", connect_params([False, True], True))
 def test_from_upserts_vs_oracle(spark, with_deletes: bool) -> None:
     rng = random.Random(11 + with_deletes)
     rows = []
@@ -206,6 +208,7 @@ def test_loader_errors(spark) -> None:
 # dd_as_of
 
 
+@pytest.mark.connect
 def test_as_of_int(spark) -> None:
     c = cases(5, 10, ["x"], 8, Total(), time_range=(0, 6))
     df = sdf(spark, c, Total())
@@ -226,6 +229,7 @@ def test_as_of_struct(spark) -> None:
 # dd_negate / dd_concat
 
 
+@pytest.mark.connect
 def test_negate_and_concat(spark) -> None:
     a = cases(8, 6, ["x", "y"], 6, P2)
     b = cases(9, 6, ["x", "y"], 6, P2)

@@ -14,7 +14,7 @@ import random
 import zlib
 
 import pytest
-from helpers import cases
+from helpers import cases, connect_params
 from oracle import Coll, Product, Total, antichain, assert_updates_equal, ref_consolidate
 from pyspark.sql import types as T
 from spark_lattices import SPARK_LATTICES, build
@@ -42,7 +42,7 @@ SEED004_EXPECTED = [
 ]
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", connect_params(METHODS))
 def test_seed004_worked_example(spark, method: str) -> None:
     schema = "src string, dst string, time struct<x: bigint, y: bigint>, diff bigint"
     df = spark.createDataFrame([(*d, t, r) for d, t, r in SEED004], schema)

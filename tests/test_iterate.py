@@ -9,7 +9,7 @@ import random
 from collections import Counter
 
 import pytest
-from helpers import assert_matches, rows_of, to_df
+from helpers import CONNECT, assert_matches, connect_params, rows_of, to_df
 from oracle import Coll, Product, Total, consolidate, ref_bfs, ref_iterate, ref_reachable
 from pyspark.sql import functions as F
 
@@ -39,6 +39,7 @@ def bfs(roots, edges, keys=("node",)):
     )
 
 
+@pytest.mark.connect
 def test_seed_001_worked_example(spark, path):
     edges = spark.createDataFrame([(s, d, t, r) for (s, d), t, r in SEED_001_EDGES], "src long, dst long, time long, diff long")
     roots = spark.createDataFrame([(0, 0, 0, 1)], "node long, dist long, time long, diff long")
@@ -89,10 +90,17 @@ LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 
 
-@pytest.fixture(params=["in_task", "distributed"])
+@pytest.fixture(params=["connect_fallback"] if CONNECT else ["in_task", "distributed"])
 def path(request, spark, caplog):
     """Run the test on both loop paths: whole loops inside one task, and iteration by
-    iteration on the cluster; the in-task run must really have taken its path."""
+    iteration on the cluster; the in-task run must really have taken its path.  On
+    Spark Connect (no in-task path yet) the loop must say it falls back, and why."""
+    if request.param == "connect_fallback":
+        caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+        yield request.param
+        messages = [r.getMessage() for r in caplog.get_records("call")]
+        assert any("running distributed" in m and "Spark Connect" in m for m in messages), messages
+        return
     spark.conf.set(LOCAL_ROWS, "1000000" if request.param == "in_task" else "0")
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     try:
@@ -140,7 +148,7 @@ def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
     check_random_bfs(spark, LATTICES[name], 11, 10)
 
 
-@pytest.mark.parametrize("name", list(LATTICES))
+@pytest.mark.parametrize("name", connect_params(list(LATTICES), "product2"))
 def test_bfs_random_graphs_both_paths(spark, path, name):
     check_random_bfs(spark, LATTICES[name], 13, 10)
 
@@ -239,6 +247,7 @@ def test_connected_components_min_label(spark, path):
     assert_matches(got, ref_iterate(nodes, body, lat, others=[edges]))
 
 
+@pytest.mark.connect
 def test_nested_iterate(spark):
     """An inner loop (reachability within a subgraph, restricted to the outer set) inside an outer loop."""
     lat = Total()

@@ -11,7 +11,7 @@ checks them all; diffs are positive and negative.
 from __future__ import annotations
 
 import pytest
-from helpers import assert_matches, cases
+from helpers import assert_matches, cases, connect_params
 from oracle import Coll, Product, Total, assert_updates_equal, ref_antijoin, ref_count, ref_join, ref_semijoin
 from pyspark.sql import types as T
 from spark_lattices import SPARK_LATTICES, build
@@ -22,7 +22,7 @@ import spark_differential  # noqa: F401  (registers the methods)
 ON = ["case", "k"]
 
 
-@pytest.mark.parametrize("name", list(SPARK_LATTICES))
+@pytest.mark.parametrize("name", connect_params(list(SPARK_LATTICES), "int"))
 def test_join_family_vs_oracle(spark, name: str) -> None:
     sl = SPARK_LATTICES[name]
     a = cases(101, 30, ["k", "x"], 8, sl.base, time_range=sl.time_range)

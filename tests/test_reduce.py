@@ -15,7 +15,7 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import assert_matches, cases, rows_of
+from helpers import assert_matches, cases, connect_params, rows_of
 from oracle import (
     Coll,
     Product,
@@ -66,7 +66,7 @@ def _halve(m: int) -> int:
     return m // 2
 
 
-@pytest.mark.parametrize("name", list(SPARK_LATTICES))
+@pytest.mark.parametrize("name", connect_params(list(SPARK_LATTICES), "int"))
 def test_reduce_family_vs_oracle(spark, name: str) -> None:
     sl = SPARK_LATTICES[name]
     c = cases(31, 30, ["k", "x", "y"], 8, sl.base, time_range=sl.time_range)

@@ -141,7 +141,7 @@ def test_connect_import_calling_sys_exit_does_not_end_the_process(monkeypatch) -
 
     monkeypatch.setattr(registration, "_connect_available", lambda: True)
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    classes = registration._dataframe_classes()
+    classes = registration._dataframe_classes(connect=True)
     from pyspark.sql import DataFrame
 
     assert DataFrame in classes

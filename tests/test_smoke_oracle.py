@@ -11,6 +11,7 @@ import spark_differential  # noqa: F401  (registers the methods)
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 
 
+@pytest.mark.connect
 @pytest.mark.parametrize("name", list(LATTICES))
 def test_join_count_min(spark, name):
     lat = LATTICES[name]

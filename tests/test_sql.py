@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
+from helpers import connect_params
 from sqlglot import exp
 
 from spark_differential.errors import SqlError
@@ -163,7 +164,7 @@ def _variants(o: str, p: str) -> dict[str, tuple[str, str]]:
     }
 
 
-@pytest.mark.parametrize("time_type", ["bigint", "timestamp"])
+@pytest.mark.parametrize("time_type", connect_params(["bigint", "timestamp"]))
 def test_matches_duckdb(spark, few_partitions, time_type):
     rng = random.Random(7 if time_type == "bigint" else 11)
     if time_type == "bigint":
@@ -356,6 +357,7 @@ def test_semantics_by_hand(spark, few_partitions):
     assert stars.columns == ["item", "ts", "price", "oid"]
 
 
+@pytest.mark.connect
 def test_plain_queries_pass_through(spark):
     df = spark.createDataFrame([(1, "a")], "x int, y string")
     assert _rows(sql("SELECT x + 1 AS z, '{braces}' AS w FROM t WHERE y = 'a'", t=df)) == [(2, "{braces}")]

@@ -1,0 +1,166 @@
+"""The same rows whatever kind of session, plan or failure runs them (issue 21).
+
+* Adaptive query execution on and off (``spark.sql.adaptive.enabled``, a runtime
+  setting: in this process) for a join+count, a reduction and a BFS.
+* ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
+  (in a separate process, ``tests/session_jobs.py``) for a join+count, also with its
+  kernels failing their first attempt; the BFS on local-cluster runs in
+  ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
+* Task failures and retries under ``local[2,3]``: every kernel task of a join+count
+  and of a distributed BFS fails its first attempt (the test-only
+  ``spark_differential.testing.failFirstAttempt``), a user ``dd_reduce`` function
+  fails its first attempt in a reduction and inside a loop run in one task; the
+  rows, and the loop's per-iteration change counts (observed metrics), are those of
+  runs without failures and of the oracle.
+* A classic process refuses a local Spark Connect server with a named error, and
+  the Connect pass of ``./dev test`` really runs on Spark Connect.
+
+Every answer is checked against the oracle (``tests/oracle.py``): since the
+consolidated form is unique, equal to the oracle means identical rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import session_jobs
+from helpers import CONNECT, rows_of
+from oracle import Coll, Total, assert_updates_equal, ref_bfs, ref_count, ref_join, ref_reduce
+from pyspark import cloudpickle
+from session_jobs import KEYS, inputs, run_job, top2
+
+import spark_differential as sd
+from spark_differential.errors import EnvironmentError_
+from spark_differential.session import is_connect
+
+# the user functions of session_jobs run in Spark's Python workers, which cannot import it: ship them by value
+cloudpickle.register_pickle_by_value(session_jobs)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AQE = "spark.sql.adaptive.enabled"
+
+
+def expected(job: str) -> Coll:
+    """The oracle's answer to a job of ``tests/session_jobs.py``."""
+    data, lat = inputs(), Total()
+    if job == "join_count":
+        return ref_count(ref_join(data["a"], data["b"], KEYS, lat), KEYS, lat)
+    if job == "reduce":
+        return ref_reduce(data["c"], KEYS, lambda key, rows: [((v,), 1) for v in top2([d[0] for d, _ in rows])],
+                          lat, ["x"])
+    return ref_bfs(data["edges"], data["roots"], lat)
+
+
+def updates(result: dict[str, Any]) -> list[tuple[tuple, Any, int]]:
+    return [(tuple(d), t, r) for d, t, r in result["rows"]]
+
+
+def changes(log: list[str]) -> list[int]:
+    """The loop's changes per iteration, from its log lines (timings dropped)."""
+    return [int(m.group(1)) for line in log if (m := re.search(r"iteration \d+: (\d+) changes", line))]
+
+
+def run_jobs(master: str, plain: str = "", faults: str = "", timeout: int = 1200) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("SD_TEST_SESSION", None)
+    proc = subprocess.run(
+        [sys.executable, "tests/session_jobs.py", "--master", master, "--plain", plain, "--faults", faults],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("job", ["join_count", "reduce", "bfs"])
+def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
+    """AQE changes the plans (coalesced shuffles, one task instead of four) but not the rows."""
+    before = spark.conf.get(AQE)
+    got = {}
+    try:
+        for aqe in ("true", "false"):
+            spark.conf.set(AQE, aqe)
+            got[aqe] = run_job(spark, job, faults=False)
+    finally:
+        spark.conf.set(AQE, before)
+    want = expected(job)
+    for aqe, result in got.items():
+        try:
+            assert_updates_equal(updates(result), want.updates)
+        except AssertionError as e:
+            raise AssertionError(f"{AQE}={aqe}: {e}") from None
+    assert got["true"]["rows"] == got["false"]["rows"]
+    if job == "bfs":  # the distributed loop, iteration by iteration: the same changes per iteration
+        assert changes(got["true"]["log"]) == changes(got["false"]["log"]) != []
+
+
+def test_retried_tasks_give_the_rows_of_runs_without_failures():
+    """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
+    out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task", faults="join_count,reduce,bfs,bfs_in_task")
+    for job, runs in out.items():
+        want = expected(job)
+        for run, result in runs.items():
+            try:
+                assert_updates_equal(updates(result), want.updates)
+            except AssertionError as e:
+                raise AssertionError(f"{job} ({run}): {e}") from None
+            # the faults really happened (and only where asked for)
+            assert (result["failed_attempts"] > 0) == (run == "faults"), (job, run, result["failed_attempts"])
+        if "plain" in runs:
+            assert runs["plain"]["rows"] == runs["faults"]["rows"], job
+    # the loop's observed metrics count each row once although tasks ran twice: the
+    # distributed loop with every kernel task failing once, and the in-task loop whose
+    # one task failed, see the same changes per iteration as the in-task loop without failures
+    reference = changes(out["bfs_in_task"]["plain"]["log"])
+    assert reference and reference[-1] == 0
+    assert changes(out["bfs"]["faults"]["log"]) == reference
+    assert changes(out["bfs_in_task"]["faults"]["log"]) == reference
+    assert any("inside one task" in m for m in out["bfs_in_task"]["faults"]["log"])
+    assert not any("inside one task" in m for m in out["bfs"]["faults"]["log"])
+
+
+@pytest.mark.cluster
+def test_join_count_on_local_cluster_also_with_retried_tasks():
+    """Executors in their own JVMs and Python workers: no state on the driver; the
+    test-only fault setting travels with the kernels' closures to the executors."""
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count", faults="join_count")
+    runs = out["join_count"]
+    assert_updates_equal(updates(runs["plain"]), expected("join_count").updates)
+    assert runs["faults"]["rows"] == runs["plain"]["rows"]
+    assert runs["faults"]["failed_attempts"] > 0 and runs["plain"]["failed_attempts"] == 0
+
+
+@pytest.mark.connect
+def test_the_spark_fixture_is_the_session_kind_asked_for(spark):
+    assert is_connect(spark) == CONNECT
+    assert is_connect(spark.range(1)) == CONNECT
+
+
+def test_a_classic_process_refuses_a_local_connect_server(spark):
+    with pytest.raises(EnvironmentError_, match="one kind of session per process"):
+        sd.session(remote="local[2]")
+    assert spark.range(3).count() == 3  # the classic session is unharmed
+
+
+@pytest.mark.connect
+def test_the_fault_switch_fails_jobs_without_retries(spark):
+    """The test fixture's ``local[2]`` allows no retry: with the switch on a kernel's
+    first attempt is its last, so the job fails with the injected fault (on Spark
+    Connect too: the switch travels in the kernel's closure)."""
+    from spark_differential._testing import FAIL_FIRST_ATTEMPT
+
+    df = spark.createDataFrame([(1, 0, 1), (1, 2, 1)], "k long, time long, diff long")
+    spark.conf.set(FAIL_FIRST_ATTEMPT, "true")
+    try:
+        failing = df.dd_count("k")
+    finally:
+        spark.conf.unset(FAIL_FIRST_ATTEMPT)
+    with pytest.raises(Exception, match="InjectedFault"):
+        failing.collect()
+    assert sorted(rows_of(df.dd_count("k"))) == [((1, 1), 0, 1), ((1, 1), 2, -1), ((1, 2), 2, 1)]
