@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._lazy import lazy
-from . import duck
+from . import duck, native
 from .common import D, csv, keys, names
 
 np = lazy("numpy")
@@ -139,8 +139,7 @@ def _by_sort(p: UpsertAsofParams, A: pa.Table, H: pa.Table, consolidated: bool =
         # orders sharing (key, time) may be copies of one another: consolidate, then look up
         if np.any(same & ~is_log[1:] & ~is_log[:-1]) or np.any(A.column(D).to_numpy() == 0):
             cols = [*keys(p.nkeys), *names("_a", p.na), "_t0"]
-            sql = f"SELECT {csv(cols)}, sum(_d)::BIGINT AS _d FROM $A GROUP BY ALL HAVING sum(_d) <> 0"
-            merged = duck.query(sql, {"A": A})
+            merged = native.consolidated(A, cols)
             return _by_sort(p, merged, H, consolidated=True) if merged.num_rows else None
     return _lookup(p, A, H, ids, order, is_log)
 
