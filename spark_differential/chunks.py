@@ -148,30 +148,30 @@ def layout(n: int, live: int, lo: int | None, hi: int | None, setting: int | Non
 def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> Chunks | None:
     """Chunks for a loop whose entering collections are ``inputs`` (or ``None``: do not slice).
 
-    One aggregate job per input measures its updates, its live rows (data with a
-    nonzero accumulated count) and its time range.  ``setting`` is the number of
-    updates per chunk (``None``: the live size, at least ``AUTO_MIN_ROWS``).
+    One aggregate query over all inputs (one row per input, collected together) measures
+    their updates, live rows (data with a nonzero accumulated count) and time range.
+    ``setting`` is the number of updates per chunk (``None``: the live size, at least
+    ``AUTO_MIN_ROWS``).
     """
     if setting == 0 or not isinstance(ttype, Total) or not inputs:
         return None
-    n = live = 0
-    lo: int | None = None
-    hi: int | None = None
+    leaf = ttype.encode_column(F.col(TIME))[0]
+    per_input = None
     for df in inputs:
-        leaf = ttype.encode_column(F.col(TIME))[0]
         g = df.groupBy(*qcols(_data(df))).agg(
             F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n")
         )
         r = g.agg(
             F.sum("_n").alias("n"), F.sum(F.when(F.col("_s") != 0, 1).otherwise(0)).alias("live"),
             F.min("_lo").alias("lo"), F.max("_hi").alias("hi"),
-        ).first()
-        if r is None or r["n"] is None or r["lo"] is None:
-            continue
-        n += int(r["n"])
-        live += int(r["live"])
-        lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
-        hi = int(r["hi"]) if hi is None else max(hi, int(r["hi"]))
+        )
+        per_input = r if per_input is None else per_input.unionByName(r)
+    assert per_input is not None
+    rows = [r for r in per_input.collect() if r["n"] is not None and r["lo"] is not None]
+    n = sum(int(r["n"]) for r in rows)
+    live = sum(int(r["live"]) for r in rows)
+    lo = min((int(r["lo"]) for r in rows), default=None)
+    hi = max((int(r["hi"]) for r in rows), default=None)
     shape = layout(n, live, lo, hi, setting)
     if shape is None:
         return None

@@ -360,7 +360,8 @@ def from_snapshots(df: DataFrame, version: str = "version") -> DataFrame:
     v = qcol(version)
     df = df.select(*qcols(data), null_guard(v, [v], "version", op).alias("_sd_ver"))
     counts = df.groupBy(*qcols(data), "_sd_ver").agg(F.count(F.lit(1)).alias("_sd_c"))
-    versions = df.select(F.col("_sd_ver").alias("_sd_v")).distinct()
+    # the versions from the counts, not from ``df``: one scan of the input serves both
+    versions = counts.select(F.col("_sd_ver").alias("_sd_v")).distinct()
     nxt = versions.select("_sd_v", F.lead("_sd_v").over(Window.orderBy("_sd_v")).alias("_sd_next"))
     joined = counts.join(nxt, counts["_sd_ver"] == nxt["_sd_v"])
     plus = joined.select(*qcols(data), F.col("_sd_ver").alias(TIME), F.col("_sd_c").alias(DIFF))

@@ -44,7 +44,9 @@ def default_conf(cores: int | None = None) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.shuffle.partitions": str(max(2, 2 * n)),
-        "spark.default.parallelism": str(max(2, 2 * n)),
+        # a core per partition of local data (spark.createDataFrame of a list): each such
+        # partition is read through a Python worker, whatever its size
+        "spark.default.parallelism": str(max(2, n)),
         "spark.sql.adaptive.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

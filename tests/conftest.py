@@ -23,7 +23,7 @@ from helpers import CONNECT  # noqa: E402
 
 CONF = {
     "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
+    "spark.default.parallelism": "2",  # the library default on two cores (sd.session: one per core)
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.driver.memory": "2g",
 }
