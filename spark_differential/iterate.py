@@ -56,6 +56,7 @@ outside all loops.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import itertools
 import logging
@@ -71,6 +72,7 @@ from pyspark.sql import types as T
 
 from . import chunks as _chunks
 from ._lazy import lazy
+from ._testing import fault_hook
 from .chunks import CHUNK, Chunks
 from .collection import DIFF, TIME, CollectionSchema, checked, consolidate_spark, inspect, qcols
 from .errors import IterationError, IterationLimitExceeded, LoopRuleError, SchemaMismatchError, from_job_failure
@@ -87,9 +89,8 @@ from .execution import (
     shuffle_partitions,
     time_fields,
 )
-from .kernels.common import NEW, D, keys, names, times
-from .kernels.gather import ROWS, GatherParams
-from .kernels.gather import per_partition as gather_per_partition
+from .kernels.common import NEW, D, keys, names, over_partition, times
+from .kernels.gather import ROWS, GatherParams, gather
 from .kernels.join import JoinParams
 from .kernels.packed import BLOB, SEQ, PackedParams
 from .kernels.packed import run as run_packed
@@ -529,7 +530,8 @@ def _rows_per_key(prepared: DataFrame, nkeys: int, nparts: int) -> DataFrame:
         T.StructField(ROWS, T.ArrayType(item, False), False),
     ])
     params = GatherParams(tuple(on), arrow_schema(prepared.sparkSession, schema))
-    return src.mapInArrow(gather_per_partition(params), schema).repartition(nparts, BUCKET)
+    fn = over_partition(functools.partial(fault_hook(prepared.sparkSession, gather), params))
+    return src.mapInArrow(fn, schema).repartition(nparts, BUCKET)
 
 
 def _pair_join(

@@ -29,9 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from helpers import cases, rows_of, to_df  # noqa: E402
 from oracle import Coll, Total, consolidate  # noqa: E402
 
-JOBS = ("join_count", "reduce", "bfs", "bfs_in_task")
+JOBS = ("join_count", "reduce", "bfs", "bfs_in_task", "bfs_chunked")
 KEYS = ["case", "k"]
 LOCAL_ROWS = "spark_differential.iterate.localRows"
+CHUNK_ROWS = "spark_differential.iterate.chunkRows"
 
 
 def _graph(seed: int, nodes: int = 12, n: int = 30) -> tuple[Coll, Coll]:
@@ -142,8 +143,10 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     from spark_differential._testing import FAIL_FIRST_ATTEMPT
 
     data = inputs()
-    spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and name in ("join_count", "bfs") else "false")
+    spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and name in ("join_count", "bfs", "bfs_chunked") else "false")
     spark.conf.set(LOCAL_ROWS, "1000000" if name == "bfs_in_task" else "0")
+    # the distributed loop in time chunks: its join gathers the edges per key (kernels.gather)
+    spark.conf.set(CHUNK_ROWS, "8" if name == "bfs_chunked" else "auto")
     handler = _Log()
     logger = logging.getLogger("spark_differential.iterate")
     logger.addHandler(handler)
@@ -163,9 +166,11 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
         logger.removeHandler(handler)
         spark.conf.set(FAIL_FIRST_ATTEMPT, "false")
         spark.conf.unset(LOCAL_ROWS)
+        spark.conf.unset(CHUNK_ROWS)
     return {
         "rows": sorted([list(d), t, r] for d, t, r in rows),
-        "log": [m for m in handler.messages if "changes" in m or "inside one task" in m or "distributed" in m],
+        "log": [m for m in handler.messages
+                if "changes" in m or "inside one task" in m or "distributed" in m or "time chunks" in m],
         "failed_attempts": _failed_attempts(spark, jobs.job_ids),
     }
 

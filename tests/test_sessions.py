@@ -102,7 +102,8 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
 
 def test_retried_tasks_give_the_rows_of_runs_without_failures():
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
-    out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task", faults="join_count,reduce,bfs,bfs_in_task")
+    out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
+                   faults="join_count,reduce,bfs,bfs_in_task,bfs_chunked")
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -123,6 +124,30 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     assert changes(out["bfs_in_task"]["faults"]["log"]) == reference
     assert any("inside one task" in m for m in out["bfs_in_task"]["faults"]["log"])
     assert not any("inside one task" in m for m in out["bfs"]["faults"]["log"])
+    # in time chunks, where the join's outer collection is gathered per key by a kernel too
+    assert any("time chunks" in m for m in out["bfs_chunked"]["faults"]["log"])
+    assert not any("inside one task" in m for m in out["bfs_chunked"]["faults"]["log"])
+
+
+def test_the_fault_switch_reaches_the_gather_step(spark):
+    """On a session without retries, the gather kernel (the chunked loop's outer collection
+    per key) fails its first attempt when the test-only switch is on: the retry test above
+    exercises it."""
+    from spark_differential._testing import FAIL_FIRST_ATTEMPT
+    from spark_differential.collection import inspect
+    from spark_differential.execution import Input, prepare
+    from spark_differential.iterate import _rows_per_key
+
+    edges = spark.createDataFrame([(1, 2, 0, 1), (2, 3, 1, 1)], "node long, dst long, time long, diff long")
+    inp = Input(edges, inspect(edges, op="test"), ["node"], ["dst"], "_b")
+    plain = _rows_per_key(prepare(inp, 4, 2), 1, 2).collect()
+    assert sorted(len(r["_rows"]) for r in plain) == [1, 1]
+    spark.conf.set(FAIL_FIRST_ATTEMPT, "true")
+    try:
+        with pytest.raises(Exception, match="fails on purpose"):
+            _rows_per_key(prepare(inp, 4, 2), 1, 2).collect()
+    finally:
+        spark.conf.set(FAIL_FIRST_ATTEMPT, "false")
 
 
 @pytest.mark.cluster

@@ -11,12 +11,9 @@ collection it stands for is unchanged.  Used for the collection from outside a
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .._lazy import lazy
-from .common import over_partition
 from .stab import ids
 
 np = lazy("numpy")
@@ -57,7 +54,3 @@ def gather(p: GatherParams, X: pa.Table) -> pa.Table:
     cols = [heads.column(f.name).cast(f.type) for f in p.out_schema if f.name != ROWS]
     return pa.table([*cols, lists], schema=p.out_schema)
 
-
-def per_partition(p: GatherParams) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """:func:`gather` over all the rows of a partition, for ``mapInArrow``."""
-    return over_partition(functools.partial(gather, p))
