@@ -392,6 +392,7 @@ class _Trace:
 
     def touching(self, new: Sequence[pa.Table]) -> pa.Table:
         """The trace's updates whose key some row of ``new`` has (all of them: no key)."""
+        from .kernels import native
         from .kernels.common import conform
 
         if not self.key:
@@ -400,7 +401,9 @@ class _Trace:
         if not present or not self.batches:
             return self.schema.empty_table()
         keys_ = pa.concat_tables(present)
-        parts = [b.touching(keys_) if not isinstance(b, pa.Table) else _touching(b, [keys_], self.key)
+        distinct = native.distinct_keys(keys_, self.key)  # once for every batch
+        parts = [_touching(b, [keys_], self.key) if isinstance(b, pa.Table)
+                 else b.touching(keys_) if distinct is None else b.touching_distinct(distinct)
                  for b in self.batches]
         return _concat(parts, self.schema) if len(parts) > 1 else conform(parts[0], self.schema)
 
@@ -598,7 +601,7 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
             sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     if chunks is None:
         result, history = _loop(program, program.steps, sources)
-        return conform(result, program.roots), history, 0
+        return conform(_consolidate(result, program.roots.names[:-1]), program.roots), history, 0
     steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in program.steps)
     groups = _chunk_groups(sources, chunks, program.threads)
     if len(groups) == 1:
@@ -638,9 +641,9 @@ def _chunk_groups(sources: Sequence[pa.Table], ch: Chunking, n: int) -> list[lis
 
 
 def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
-    """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates
-    (chunked form when the steps are chunked), changes per iteration)``; the result is
-    empty, and the last count nonzero, when ``max_iterations`` stopped the loop."""
+    """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
+    consolidated (chunked form when the steps are chunked), changes per iteration)``; the
+    result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop."""
     from .kernels.common import conform
 
     cols = [*program.data, *leaves(program.width), DIFF]
@@ -672,7 +675,7 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
             return program.roots.empty_table(), history
         parts.append(delta)
         v = delta
-    return _consolidate(pa.concat_tables(parts), cols[:-1]), history
+    return pa.concat_tables(parts), history
 
 
 def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -79,6 +79,20 @@ def test_key_sorted_touching_equals_semi_join(table: pa.Table, probe: pa.Table, 
                       for c in key})
     expected = native.touching(kept.table, keys_, key)
     assert rows(kept.touching(keys_)) == rows(expected)
+    distinct = native.distinct_keys(keys_, key)
+    assert distinct is not None
+    assert rows(kept.touching_distinct(distinct)) == rows(expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(table=int_tables(wide=True))
+def test_distinct_keys_are_the_distinct_rows_in_order(table: pa.Table) -> None:
+    """Packed or not (ranges too wide for one int64), the distinct rows, lexicographically."""
+    cols = [c for c in table.column_names if c != "_d"]
+    got = native.distinct_keys(table, cols)
+    assert got is not None
+    expected = sorted({tuple(int(x) for x in r) for r in zip(*[table.column(c).to_pylist() for c in cols])})
+    assert list(zip(*[v.tolist() for v in got])) == expected or (not expected and all(len(v) == 0 for v in got))
 
 
 def test_radix_marks_rows_outside_its_ranges() -> None:

@@ -210,19 +210,27 @@ class KeySorted:
     def touching(self, keys: pa.Table) -> pa.Table:
         """The rows whose key some row of ``keys`` (its ``key`` columns, integers without nulls)
         has: :func:`touching`, in ``O(|keys| log |table| + output)``."""
-        import numpy as np
-
         if self.table.num_rows == 0 or keys.num_rows == 0:
             return self.table.slice(0, 0)
-        values = [_int_values(keys.column(c)) for c in self.key]
-        if any(v is None for v in values):
+        if not self.key:
+            return self.table
+        values = distinct_keys(keys, self.key)
+        if values is None:
             return touching(self.table, keys, self.key)
-        code, inside = self.radix.codes(values)  # type: ignore[arg-type]
+        return self.touching_distinct(values)
+
+    def touching_distinct(self, values: Sequence[np.ndarray]) -> pa.Table:
+        """:meth:`touching` for keys given as :func:`distinct_keys` gives them (distinct
+        rows in lexicographic order: codes of any packing come out ascending)."""
+        import numpy as np
+
+        if not self.key:
+            return self.table if len(values) and len(values[0]) else self.table.slice(0, 0)
+        if self.table.num_rows == 0 or len(values[0]) == 0:
+            return self.table.slice(0, 0)
+        wanted, inside = self.radix.codes(values)
         if inside is not None:
-            code = code[inside]
-        wanted = np.sort(code)  # distinct by a sort: numpy's hashing unique is slower on int64
-        if len(wanted) > 1:
-            wanted = wanted[np.concatenate(([True], wanted[1:] != wanted[:-1]))]
+            wanted = wanted[inside]
         lo = np.searchsorted(self.codes, wanted, side="left")
         hi = np.searchsorted(self.codes, wanted, side="right")
         cnt = hi - lo
@@ -235,38 +243,84 @@ class KeySorted:
         return self.table.take(pa.array(rows))
 
 
+def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | None:
+    """The distinct rows of ``keys``' ``cols`` (integers without nulls) as int64 columns, in
+    lexicographic order; ``None`` for other columns."""
+    import numpy as np
+
+    values = [_int_values(keys.column(c)) for c in cols]
+    if any(v is None for v in values):
+        return None
+    if keys.num_rows == 0:
+        return [np.zeros(0, dtype=np.int64) for _ in cols]
+    radix = Radix.of(values)  # type: ignore[arg-type]
+    if radix is None:
+        order = np.lexsort(tuple(reversed(values)))
+        s = [v[order] for v in values]  # type: ignore[index]
+        change = np.zeros(len(order), dtype=bool)
+        change[0] = True
+        for v in s:
+            change[1:] |= v[1:] != v[:-1]
+        return [v[change] for v in s]
+    code, _ = radix.codes(values)  # type: ignore[arg-type]
+    order = np.argsort(code)
+    sc = code[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sc[1:] != sc[:-1]
+    rows = order[first]
+    return [v[rows] for v in values]  # type: ignore[index]
+
+
 def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySorted | None:
     """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
     ``key`` first, or ``None`` when some column is not integers (or booleans) without nulls
     or the columns do not pack into one int64 (then :func:`consolidated` is the way).
 
     One stable sort of one int64 per row: two sorted runs concatenated (a trace's
-    merge) sort in linear time."""
+    merge) sort in linear time.  The packed code is built one column at a time, so
+    beside the table the sort holds about three int64 arrays of its rows."""
     import numpy as np
 
     key = list(key)
     rest = [c for c in table.column_names if c != diff and c not in key]
     cols = [*key, *rest]
-    values = [_int_values(table.column(c)) for c in cols]
-    d = _int_values(table.column(diff))
-    if table.num_rows == 0 or d is None or any(v is None for v in values) or not _arrow_can_sum(table, diff):
+    n = table.num_rows
+    if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:
         return None
-    full = Radix.of(values)  # type: ignore[arg-type]
-    if full is None:
-        return None
-    code, _ = full.codes(values)  # type: ignore[arg-type]
+    lo, size, span = [], [], 1
+    for c in cols:
+        col = table.column(c)
+        t = col.type
+        if col.null_count or not (pa.types.is_boolean(t) or pa.types.is_signed_integer(t)
+                                  or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
+            return None
+        bounds = pc.min_max(col.cast(pa.int64()) if pa.types.is_boolean(t) else col)
+        a, b = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        span *= b - a + 1
+        if span >= _SAFE_SUM:
+            return None
+        lo.append(a)
+        size.append(b - a + 1)
+    code = np.zeros(n, dtype=np.int64)
+    for c, a, s in zip(cols, lo, size):
+        np.multiply(code, s, out=code)
+        code += _int_values(table.column(c))  # type: ignore[operator]
+        code -= a
     order = np.argsort(code, kind="stable")
-    sorted_code = code[order]
-    head = np.ones(len(order), dtype=bool)
-    head[1:] = sorted_code[1:] != sorted_code[:-1]
+    code = code[order]
+    head = np.ones(n, dtype=bool)
+    head[1:] = code[1:] != code[:-1]
     starts = np.nonzero(head)[0]
-    sums = np.add.reduceat(d[order], starts)
+    del head
+    sums = np.add.reduceat(_int_values(table.column(diff))[order], starts)  # type: ignore[index]
     nonzero = sums != 0
     rows = order[starts[nonzero]]
+    del order
+    rest_span = 1
+    for s in size[len(key):]:
+        rest_span *= s
+    codes = code[starts[nonzero]] // rest_span
+    del code
     out = table.select(cols).take(pa.array(rows)).append_column(diff, pa.array(sums[nonzero], pa.int64()))
-    out = out.select(table.column_names)
-    radix = Radix(full.lo[: len(key)], full.size[: len(key)])
-    span = 1
-    for s in full.size[len(key):]:
-        span *= s
-    return KeySorted(out, tuple(key), radix, sorted_code[starts[nonzero]] // span)
+    return KeySorted(out.select(table.column_names), tuple(key), Radix(tuple(lo[: len(key)]), tuple(size[: len(key)])),
+                     codes)
