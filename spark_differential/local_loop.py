@@ -24,7 +24,11 @@ data); here the whole loop is one task of one job:
 * Over a totally ordered time the task cuts the loop into **time chunks** itself
   (the rule of :mod:`spark_differential.chunks`, planned from the rows at hand):
   chunked forms built in DuckDB, the chunk one more key of every operator, the
-  answers un-chunked at the end.
+  answers un-chunked at the end.  With ``spark_differential.iterate.localThreads``
+  above 1 (default 1) the chunks are cut into that many groups of about equal rows,
+  each group's loop run on a thread of the task.
+* Each operator's trace is kept in batches consolidated and sorted by the operator's
+  key, so an iteration finds the trace rows of the keys it touches by binary search.
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (default :data:`DEFAULT_ROWS`; ``0`` disables the path) stops reading and
   says so; the loop then runs distributed.  The task's last row reports how it

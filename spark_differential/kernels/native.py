@@ -16,6 +16,11 @@ group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
 (checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
 columns without nulls for the semi-join (SQL's ``IS NOT DISTINCT FROM`` matches a
 null key to a null key, Arrow's join does not).  Anything else goes to DuckDB.
+
+:func:`key_sorted` consolidates a table of integer columns by one sort and keeps it
+sorted by a key (:class:`KeySorted`): the rows of given keys (its
+:meth:`~KeySorted.touching`, the same rows as :func:`touching`) are then found by
+binary search, which is how the in-task loop reads its traces.
 """
 
 from __future__ import annotations
