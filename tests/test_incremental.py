@@ -362,6 +362,49 @@ def test_repeated_batch_id_changes_nothing(spark, tmp_path) -> None:
     assert view.frontier == 3 and view.batch_id == 1
 
 
+def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path) -> None:
+    """Counts, not timings: the Spark jobs of one update of ``orders ⋈ customers``, count per region.
+
+    One write stages the new updates of both inputs; then the query's two shuffles (the
+    join's, the count's), one shuffle subtracting the output already returned, and one
+    write storing what the update returns: 5 jobs (stage 1 first ran 6, and 12 when
+    merging state).  Merging the state (here every third update) adds one shuffle per
+    merged collection: both inputs and the output returned so far, 8 jobs.
+    """
+    from spark_differential._jobs import count_jobs
+
+    def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        return orders.dd_join(customers, on="cid").dd_count(by="region")
+
+    o_schema, c_schema = "oid long, cid long, time long, diff long", "cid long, region string, time long, diff long"
+    rng = random.Random(3)
+    orders = [(j, rng.randrange(6), 0, 1) for j in range(20)]
+    customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
+    view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3)
+    jobs, got = [], []
+    for i in range(5):
+        if i > 0:  # an order moves to another customer, a customer to another region
+            oid, cid = rng.randrange(20), rng.randrange(6)
+            old = [r for r in orders if r[0] == oid]
+            orders += [(oid, old[-1][1], i, -1), (oid, cid, i, 1)] if sum(r[3] for r in old) else [(oid, cid, i, 1)]
+            cur = {}
+            for c, reg, _, r in customers:
+                cur[(c, reg)] = cur.get((c, reg), 0) + r
+            c = rng.randrange(6)
+            reg = next(k[1] for k, v in cur.items() if k[0] == c and v > 0)
+            customers += [(c, reg, i, -1), (c, f"r{(int(reg[1:]) + 1) % 3}", i, 1)]
+        o = spark.createDataFrame([r for r in orders if r[2] == i], o_schema)
+        c_df = spark.createDataFrame([r for r in customers if r[2] == i], c_schema)
+        with count_jobs(spark) as counted:
+            out = view.update(upto=i + 1, orders=o, customers=c_df)
+        jobs.append(counted.jobs)
+        got += rows_of(out)
+    want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
+    assert want and sorted(consolidate(got)) == sorted(want)
+    # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
+    assert jobs == [5, 5, 5, 8, 5], jobs
+
+
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
     path = str(tmp_path / "v")
     view = sd.incremental(path, counts)
