@@ -59,6 +59,7 @@ from spark_support import no_spark_job, sdf
 
 import spark_differential as sd
 from spark_differential import lattice as L
+from spark_differential.algorithms import bfs
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -299,15 +300,9 @@ def test_asof_join_in_successive_updates(spark, tmp_path) -> None:
         )
 
 
-def bfs(roots: DataFrame, edges: DataFrame) -> DataFrame:
-    """BFS distances as in seed 001 (join, +1, concat, min)."""
-    e = edges.withColumnRenamed("src", "node")
-    return roots.dd_iterate(
-        lambda d: d.dd_join(e, on="node")
-        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
-        .dd_concat(d)
-        .dd_min(by="node", col="dist")
-    )
+def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    """Seed 001's BFS distances from ``roots`` (column ``node``): the library's ``algorithms.bfs``."""
+    return bfs(edges, roots)
 
 
 def toggling_edges(rng: random.Random, nodes: int, pairs: int, hi: int) -> Coll:
@@ -324,15 +319,14 @@ def test_bfs_with_dd_iterate_over_a_changing_graph(spark, tmp_path) -> None:
     lat = Total()
     rng = random.Random(11)
     edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 8, 14, 9).updates))
-    roots = Coll(("node", "dist"), [((0, 0), 0, 1)])
+    roots = Coll(("node",), [((0,), 0, 1)])
     inputs = {"roots": roots, "edges": edges}
     steps = schedule(rng, lat, inputs, 4, 10)
 
     def ref(c: dict[str, Coll]) -> Coll:
-        roots_ = Coll(("node",), [((d[0],), t, r) for d, t, r in c["roots"].updates])
-        return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), roots_, lat)
+        return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), c["roots"], lat)
 
-    got = run_view(spark, str(tmp_path / "bfs"), bfs, inputs, steps, lat)
+    got = run_view(spark, str(tmp_path / "bfs"), bfs_view, inputs, steps, lat)
     want = expected(ref, inputs, steps[-1][0], lat)
     assert want, "the graph should give some distances"
     assert_updates_equal(consolidate(got), want)
