@@ -20,6 +20,10 @@ What is stored (Parquet, under ``path``), per committed version:
 * ``P``: the output returned so far, stored the same way;
 * the output of this version's update (what :meth:`update` returned).
 
+A version is two Parquet writes partitioned by a tag column (``new``: the deltas of
+all inputs; ``data``: the output and, when due, the merged state), so an update runs
+those two write jobs plus the shuffles of the query and of the subtraction.
+
 Why the returned output is exact.  Let ``S`` be the stored inputs (a compaction
 to an earlier frontier plus deltas), ``D`` the new updates and ``I`` everything
 received.  For every ``g`` in the future of ``F``, ``S ∪ D`` accumulates at ``g``
@@ -988,9 +992,9 @@ def incremental(
     ``path`` at a time.
 
     Each update stages its new updates as one more Parquet directory per input
-    (and its output as one more for the output returned so far); every
-    ``compact_every`` updates an input's (or the output's) directories are merged
-    into one, advanced to the frontier and consolidated.
+    (and its output as one more for the output returned so far); when an input (or
+    the output) would have more than ``compact_every`` directories, the older ones
+    are merged into one, advanced to the frontier and consolidated.
 
     ``compact`` says whether the stored inputs are compacted to the frontier
     (their size then follows the live data, not its history).  Left unset, they
