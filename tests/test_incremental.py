@@ -476,6 +476,15 @@ def test_old_versions_are_cleaned_up(spark, tmp_path, every: int) -> None:
     assert last["frontier"] == [[4]]
 
 
+def test_state_of_another_format_is_a_named_error(spark, tmp_path) -> None:
+    """A manifest written by format 1 (each collection in its own directory) is refused, saying what to do."""
+    path = tmp_path / "v"
+    (path / "_manifests").mkdir(parents=True)
+    (path / "_manifests" / "v00000001.json").write_text(json.dumps({"format": 1, "version": 1}))
+    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads format 2.*Rebuild the view"):
+        _ = sd.incremental(str(path), counts).frontier
+
+
 KILLED = r"""
 import json, sys
 import spark_differential as sd
