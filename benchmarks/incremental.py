@@ -16,11 +16,18 @@ What is measured
       changes, all at one time).
 
     Per update: the wall time of ``view.update(...)`` plus reading its output
-    (``count()``); the size on disk of the committed version's files (the state).
-    After every ``--oneshot-every``-th update, the same query is recomputed one-shot
-    over the whole change log so far (the log is appended to Parquet as it grows),
-    in the same session, and its time is reported next to the update's.
+    (``count()``), the CPU seconds of the whole process tree over the same span
+    (driver, JVM, Python workers: wall seconds are noisy on a shared machine), the
+    Spark jobs and tasks (``spark_differential._jobs.count_jobs``), and the size on
+    disk of the files the committed version names (the state).  After update 10,
+    every ``--oneshot-every``-th update and the last one, the same query is
+    recomputed one-shot over the whole change log so far (the log is appended to
+    Parquet as it grows), in the same session, and its time is reported next to
+    the update's.
 
+    The summary compares means over windows of ``--window`` updates (default 8: one
+    state merge in each) ending at update 10, at update 100 (after the JVM's JIT
+    and the Python workers have warmed up; when N >= 200) and at the last update N.
     The issue's targets (at ``--updates 1000``): per-update time after 1,000
     updates at most 1.2x the time after 10, stored state flat.  This is stage 1 of
     issue 22: each update re-runs the query over the compacted inputs, so its cost
@@ -28,7 +35,9 @@ What is measured
     changes.
 
     python benchmarks/incremental.py --updates 20
-    python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view
+    python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view \
+        --progress view.jsonl --json view.json
+    python benchmarks/incremental.py --summarize view.jsonl     # the tables of a run, also of one cut short
 """
 
 from __future__ import annotations
@@ -267,6 +276,12 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
     for what, at10, at_n in (("", "per_update_at_10", "per_update_at_N"), ("cpu_", "cpu_per_update_at_10", "cpu_per_update_at_N")):
         if s[at10] and s[at_n]:
             s[f"{what}ratio_N_vs_10"] = s[at_n] / s[at10]
+    if last >= 200:  # after warm-up (the JVM's JIT, Python workers): the window ending at update 100
+        mid = [r for r in rows if 100 - window < r["update"] <= 100]
+        s["per_update_at_100"], s["cpu_per_update_at_100"] = mean(mid, "seconds"), mean(mid, "cpu_seconds")
+        if s["per_update_at_100"] and s["per_update_at_N"]:
+            s["ratio_N_vs_100"] = s["per_update_at_N"] / s["per_update_at_100"]
+            s["cpu_ratio_N_vs_100"] = s["cpu_per_update_at_N"] / s["cpu_per_update_at_100"]
     if one_n:
         s["oneshot_vs_update_at_N"] = one_n["oneshot_seconds"] / one_n["seconds"]
         s["oneshot_vs_update_cpu_at_N"] = one_n["oneshot_cpu_seconds"] / one_n["cpu_seconds"]
@@ -280,22 +295,40 @@ def table(summaries: list[dict[str, Any]]) -> str:
         return "-" if x is None else format(x, fmt) + unit
 
     lines = [
-        "| workload | N | update@10 wall / CPU | update@N wall / CPU | N/10 wall / CPU | jobs@10 / @N "
+        "| workload | N | update@10 wall / CPU | update@100 wall / CPU | update@N wall / CPU | N/10 wall / CPU "
+        "| N/100 wall / CPU | jobs@10 / @N "
         "| state@10 / @N (max after 10) | one-shot@N wall / CPU | one-shot ÷ update@N wall / CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         lines.append(
             f"| {s['workload']} | {s['updates']} "
             f"| {f(s['per_update_at_10'], '.2f', ' s')} / {f(s['cpu_per_update_at_10'], '.2f', ' s')} "
+            f"| {f(s.get('per_update_at_100'), '.2f', ' s')} / {f(s.get('cpu_per_update_at_100'), '.2f', ' s')} "
             f"| {f(s['per_update_at_N'], '.2f', ' s')} / {f(s['cpu_per_update_at_N'], '.2f', ' s')} "
             f"| {f(s.get('ratio_N_vs_10'), '.2f')} / {f(s.get('cpu_ratio_N_vs_10'), '.2f')} "
+            f"| {f(s.get('ratio_N_vs_100'), '.2f')} / {f(s.get('cpu_ratio_N_vs_100'), '.2f')} "
             f"| {f(s['jobs_per_update_at_10'], '.1f')} / {f(s['jobs_per_update_at_N'], '.1f')} "
             f"| {f(s['state_bytes_at_10'] / 1e6, '.2f')} / {f(s['state_bytes_at_N'] / 1e6, '.2f')} "
             f"({f(s['state_bytes_max_after_10'] / 1e6, '.2f')}) MB "
             f"| {f(s['oneshot_at_N'], '.2f', ' s')} / {f(s['oneshot_cpu_at_N'], '.2f', ' s')} "
             f"| {f(s.get('oneshot_vs_update_at_N'), '.2f', 'x')} / {f(s.get('oneshot_vs_update_cpu_at_N'), '.2f', 'x')} |"
         )
+    return "\n".join(lines)
+
+
+def oneshot_table(by: dict[str, list[dict[str, Any]]]) -> str:
+    """Every update that was followed by a one-shot recomputation: both, wall and CPU seconds, and the ratio."""
+    lines = ["| workload | update | update wall / CPU | one-shot wall / CPU | one-shot ÷ update wall / CPU |",
+             "|---|---|---|---|---|"]
+    for name, rows in by.items():
+        for r in rows:
+            if "oneshot_seconds" in r:
+                lines.append(
+                    f"| {name} | {r['update']} | {r['seconds']:.2f} s / {r['cpu_seconds']:.2f} s "
+                    f"| {r['oneshot_seconds']:.2f} s / {r['oneshot_cpu_seconds']:.2f} s "
+                    f"| {r['oneshot_seconds'] / r['seconds']:.2f}x / {r['oneshot_cpu_seconds'] / r['cpu_seconds']:.2f}x |"
+                )
     return "\n".join(lines)
 
 
@@ -311,7 +344,20 @@ def main() -> int:
     ap.add_argument("--oneshot-every", type=int, default=1, help="recompute one-shot after every k-th update (0: never)")
     ap.add_argument("--window", type=int, default=8, help="updates averaged at 10 and at N (default 8: one merge each)")
     ap.add_argument("--progress", metavar="PATH", help="append each update's measurements to PATH as a JSON line")
+    ap.add_argument("--summarize", metavar="PATH", help="only summarize the JSON lines of an earlier --progress file "
+                    "(e.g. of a run cut short) and print the tables")
     args = ap.parse_args()
+    if args.summarize:
+        by: dict[str, list[dict[str, Any]]] = {}
+        with open(args.summarize, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    r = json.loads(line)
+                    by.setdefault(r.pop("workload"), []).append(r)
+        print(table([summarize(name, rows, args.window) for name, rows in by.items()]))
+        print()
+        print(oneshot_table(by))
+        return 0
     if args.updates < 10:
         ap.error("--updates must be at least 10 (the time after 10 updates is the reference)")
     spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4"})
@@ -334,6 +380,8 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print(table(summaries))
+    print()
+    print(oneshot_table(all_rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"summaries": summaries, "args": vars(args), "rows": all_rows}, fh, indent=1)
