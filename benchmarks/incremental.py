@@ -156,14 +156,14 @@ SCHEMAS = {
 }
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) used so far by this process and its descendants: the JVM and
-    the Python workers in local mode (exited workers count through the daemon that waited for them).
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds (user + system, with waited-for children) used so far by this process and each of
+    its descendants: the JVM and the Python workers in local mode.
 
     Read from /proc (Linux); on other systems, this process alone."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     if not os.path.isdir("/proc/self"):
-        return time.process_time()
+        return {os.getpid(): time.process_time()}
     stats: dict[int, tuple[int, float]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -178,12 +178,22 @@ def tree_cpu_seconds() -> float:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [os.getpid()]
+    out, todo = {}, [os.getpid()]
     while todo:
         pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
+        if pid in stats:
+            out[pid] = stats[pid][1]
         todo += children.get(pid, [])
-    return total
+    return out
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float | None:
+    """CPU seconds the process tree used between two :func:`tree_cpu` readings; None when a process
+    of the first reading has ended since (what it used after the first reading may be lost, e.g.
+    when an orphaned worker is reaped outside the tree), so no reading is reported rather than a wrong one."""
+    if any(pid not in after for pid in before):
+        return None
+    return sum(after.values()) - sum(before.values())
 
 
 def dir_size(path: str) -> int:
@@ -202,6 +212,10 @@ def state_size(path: str) -> int:
     return sum(dir_size(os.path.join(path, p)) for p in set(named))
 
 
+def fmt_cpu(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str,
         progress: str | None = None) -> list[dict[str, Any]]:
     path, logdir = os.path.join(root, name, "state"), os.path.join(root, name, "log")
@@ -213,31 +227,37 @@ def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root
         for n, pdf in batch.items():  # the change log so far, for the one-shot runs
             os.makedirs(os.path.join(logdir, n), exist_ok=True)
             pdf.to_parquet(os.path.join(logdir, n, f"part-{i:06d}.parquet"), index=False)
-        c0, t0 = tree_cpu_seconds(), time.perf_counter()
+        c0, t0 = tree_cpu(), time.perf_counter()
         with count_jobs(spark) as jobs:
             out = view.update(upto=i + 1, batch_id=i, **dfs)
             n_out = out.count()
-        took, cpu = time.perf_counter() - t0, tree_cpu_seconds() - c0
+        took, cpu = time.perf_counter() - t0, cpu_between(c0, tree_cpu())
         row: dict[str, Any] = {"update": i, "seconds": took, "cpu_seconds": cpu, "jobs": jobs.jobs, "tasks": jobs.tasks,
                                "output_rows": n_out, "state_bytes": state_size(path)}
         if i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
             inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
                       if os.path.isdir(os.path.join(logdir, n))}
-            c0, t0 = tree_cpu_seconds(), time.perf_counter()
+            c0, t0 = tree_cpu(), time.perf_counter()
             with count_jobs(spark) as jobs:
                 work.query(**inputs).write.format("noop").mode("overwrite").save()
             row["oneshot_seconds"] = time.perf_counter() - t0
-            row["oneshot_cpu_seconds"] = tree_cpu_seconds() - c0
+            row["oneshot_cpu_seconds"] = cpu_between(c0, tree_cpu())
             row["oneshot_jobs"] = jobs.jobs
         rows.append(row)
-        log(f"{name} update {i}: {took:.2f}s ({cpu:.2f} CPU s, {row['jobs']} jobs), {n_out} output rows, "
+        log(f"{name} update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs), {n_out} output rows, "
             f"state {row['state_bytes'] / 1e6:.2f} MB"
-            + (f"; one-shot {row['oneshot_seconds']:.2f}s ({row['oneshot_cpu_seconds']:.2f} CPU s, "
+            + (f"; one-shot {row['oneshot_seconds']:.2f}s ({fmt_cpu(row['oneshot_cpu_seconds'])} CPU s, "
                f"{row['oneshot_jobs']} jobs)" if "oneshot_seconds" in row else ""))
         if progress:
             with open(progress, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"workload": name, **row}) + "\n")
     return rows
+
+
+def valid(cpu: float | None) -> bool:
+    """A CPU reading to use: present and not negative (the first version of this script subtracted
+    totals even when a process of the tree had ended in between, which can give negative values)."""
+    return cpu is not None and cpu >= 0
 
 
 def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
@@ -250,7 +270,7 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
     late = [r for r in rows if last - window < r["update"] <= last]
 
     def mean(rs: list[dict[str, Any]], key: str) -> float | None:
-        vals = [r[key] for r in rs if r.get(key) is not None]
+        vals = [r[key] for r in rs if r.get(key) is not None and r[key] >= 0]
         return float(np.mean(vals)) if vals else None
 
     one10 = next((r for r in rows if r["update"] == 10 and "oneshot_seconds" in r), None)
@@ -270,8 +290,8 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
         "state_bytes_max_after_10": max(r["state_bytes"] for r in rows if r["update"] >= 10),
         "oneshot_at_10": one10 and one10["oneshot_seconds"],
         "oneshot_at_N": one_n and one_n["oneshot_seconds"],
-        "oneshot_cpu_at_10": one10 and one10["oneshot_cpu_seconds"],
-        "oneshot_cpu_at_N": one_n and one_n["oneshot_cpu_seconds"],
+        "oneshot_cpu_at_10": one10["oneshot_cpu_seconds"] if one10 and valid(one10["oneshot_cpu_seconds"]) else None,
+        "oneshot_cpu_at_N": one_n["oneshot_cpu_seconds"] if one_n and valid(one_n["oneshot_cpu_seconds"]) else None,
     }
     for what, at10, at_n in (("", "per_update_at_10", "per_update_at_N"), ("cpu_", "cpu_per_update_at_10", "cpu_per_update_at_N")):
         if s[at10] and s[at_n]:
@@ -284,7 +304,8 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
             s["cpu_ratio_N_vs_100"] = s["cpu_per_update_at_N"] / s["cpu_per_update_at_100"]
     if one_n:
         s["oneshot_vs_update_at_N"] = one_n["oneshot_seconds"] / one_n["seconds"]
-        s["oneshot_vs_update_cpu_at_N"] = one_n["oneshot_cpu_seconds"] / one_n["cpu_seconds"]
+        if valid(one_n.get("oneshot_cpu_seconds")) and valid(one_n.get("cpu_seconds")):
+            s["oneshot_vs_update_cpu_at_N"] = one_n["oneshot_cpu_seconds"] / one_n["cpu_seconds"]
     return s
 
 
@@ -324,10 +345,13 @@ def oneshot_table(by: dict[str, list[dict[str, Any]]]) -> str:
     for name, rows in by.items():
         for r in rows:
             if "oneshot_seconds" in r:
+                cu, co = r.get("cpu_seconds"), r.get("oneshot_cpu_seconds")
+                cu, co = (cu if valid(cu) else None), (co if valid(co) else None)
+                ratio = f"{co / cu:.2f}x" if cu and co is not None else "-"
                 lines.append(
-                    f"| {name} | {r['update']} | {r['seconds']:.2f} s / {r['cpu_seconds']:.2f} s "
-                    f"| {r['oneshot_seconds']:.2f} s / {r['oneshot_cpu_seconds']:.2f} s "
-                    f"| {r['oneshot_seconds'] / r['seconds']:.2f}x / {r['oneshot_cpu_seconds'] / r['cpu_seconds']:.2f}x |"
+                    f"| {name} | {r['update']} | {r['seconds']:.2f} s / {fmt_cpu(cu)} s "
+                    f"| {r['oneshot_seconds']:.2f} s / {fmt_cpu(co)} s "
+                    f"| {r['oneshot_seconds'] / r['seconds']:.2f}x / {ratio} |"
                 )
     return "\n".join(lines)
 
