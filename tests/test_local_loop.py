@@ -175,3 +175,36 @@ def test_threads_setting_must_be_positive(spark) -> None:
     finally:
         spark.conf.unset(local_loop.THREADS_CONF)
     assert local_loop.threads_setting(spark) == local_loop.DEFAULT_THREADS
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Session:
+    """What :func:`local_loop.rows_setting` reads of a session: its master and runtime conf."""
+
+    def __init__(self, master: str, conf: dict[str, str] | None = None) -> None:
+        self.sparkContext = type("SC", (), {"master": master})()
+        self.conf = _Conf(conf or {})
+
+
+def test_local_rows_default_depends_on_where_executors_run() -> None:
+    # executors on the driver's machine (no container memory limit): the larger default
+    assert local_loop.rows_setting(_Session("local[2]")) == local_loop.DEFAULT_ROWS_LOCAL
+    assert local_loop.rows_setting(_Session("local-cluster[2,1,1024]")) == local_loop.DEFAULT_ROWS_LOCAL
+    for master in ("yarn", "spark://host:7077", "k8s://https://api:443"):
+        assert local_loop.rows_setting(_Session(master)) == local_loop.DEFAULT_ROWS
+    assert local_loop.DEFAULT_ROWS < local_loop.DEFAULT_ROWS_LOCAL
+    # an explicit setting wins everywhere
+    assert local_loop.rows_setting(_Session("local[2]", {local_loop.CONF: "1234"})) == 1234
+    assert local_loop.rows_setting(_Session("yarn", {local_loop.CONF: "off"})) == 0
+
+
+def test_local_rows_default_on_the_test_session(spark: Any) -> None:
+    assert spark.conf.get(local_loop.CONF, None) is None  # the tests run with the library's default
+    assert local_loop.rows_setting(spark) == local_loop.DEFAULT_ROWS_LOCAL
