@@ -16,11 +16,18 @@ What is measured
       changes, all at one time).
 
     Per update: the wall time of ``view.update(...)`` plus reading its output
-    (``count()``); the size on disk of the committed version's files (the state).
-    After every ``--oneshot-every``-th update, the same query is recomputed one-shot
-    over the whole change log so far (the log is appended to Parquet as it grows),
-    in the same session, and its time is reported next to the update's.
+    (``count()``), the CPU seconds of the whole process tree over the same span
+    (driver, JVM, Python workers: wall seconds are noisy on a shared machine), the
+    Spark jobs and tasks (``spark_differential._jobs.count_jobs``), and the size on
+    disk of the files the committed version names (the state).  After update 10,
+    every ``--oneshot-every``-th update and the last one, the same query is
+    recomputed one-shot over the whole change log so far (the log is appended to
+    Parquet as it grows), in the same session, and its time is reported next to
+    the update's.
 
+    The summary compares means over windows of ``--window`` updates (default 8: one
+    state merge in each) ending at update 10, at update 100 (after the JVM's JIT
+    and the Python workers have warmed up; when N >= 200) and at the last update N.
     The issue's targets (at ``--updates 1000``): per-update time after 1,000
     updates at most 1.2x the time after 10, stored state flat.  This is stage 1 of
     issue 22: each update re-runs the query over the compacted inputs, so its cost
@@ -28,7 +35,9 @@ What is measured
     changes.
 
     python benchmarks/incremental.py --updates 20
-    python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view
+    python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view \
+        --progress view.jsonl --json view.json
+    python benchmarks/incremental.py --summarize view.jsonl     # the tables of a run, also of one cut short
 """
 
 from __future__ import annotations
@@ -49,23 +58,19 @@ from common import base_parser, log, make_spark
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
 from pyspark.sql import DataFrame  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
 
 import spark_differential as sd  # noqa: E402
+from spark_differential._jobs import count_jobs  # noqa: E402
+from spark_differential.algorithms import bfs  # noqa: E402
 
 
 def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
     return orders.dd_join(customers, on="customer_id").dd_count(by="region")
 
 
-def bfs(roots: DataFrame, edges: DataFrame) -> DataFrame:
-    e = edges.withColumnRenamed("src", "node")
-    return roots.dd_iterate(
-        lambda d: d.dd_join(e, on="node")
-        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
-        .dd_concat(d)
-        .dd_min(by="node", col="dist")
-    )
+def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    """Seed 001's BFS distances from ``roots``: the library's ``algorithms.bfs`` (the view's inputs by name)."""
+    return bfs(edges, roots)
 
 
 class ViewWorkload:
@@ -127,7 +132,7 @@ class ViewWorkload:
 class BfsWorkload:
     """Seed 001's sliding window of edges; the root is node 0."""
 
-    query = staticmethod(bfs)
+    query = staticmethod(bfs_view)
 
     def __init__(self, nodes: int, edges: int, changes: int, updates: int, seed: int) -> None:
         from _workload import edge_updates
@@ -136,7 +141,7 @@ class BfsWorkload:
         self.by_time = dict(tuple(ups.groupby("time")))
 
     def initial(self) -> dict[str, pd.DataFrame]:
-        return {"roots": pd.DataFrame({"node": [0], "dist": [0], "time": [0], "diff": [1]}),
+        return {"roots": pd.DataFrame({"node": [0], "time": [0], "diff": [1]}),
                 "edges": self.by_time[0]}
 
     def step(self, t: int) -> dict[str, pd.DataFrame]:
@@ -146,9 +151,49 @@ class BfsWorkload:
 SCHEMAS = {
     "orders": "order_id long, customer_id long, amount long, time long, diff long",
     "customers": "customer_id long, region string, time long, diff long",
-    "roots": "node long, dist long, time long, diff long",
+    "roots": "node long, time long, diff long",
     "edges": "src long, dst long, time long, diff long",
 }
+
+
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds (user + system, with waited-for children) used so far by this process and each of
+    its descendants: the JVM and the Python workers in local mode.
+
+    Read from /proc (Linux); on other systems, this process alone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    if not os.path.isdir("/proc/self"):
+        return {os.getpid(): time.process_time()}
+    stats: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15) (0-based here)
+        stats[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            out[pid] = stats[pid][1]
+        todo += children.get(pid, [])
+    return out
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float | None:
+    """CPU seconds the process tree used between two :func:`tree_cpu` readings; None when a process
+    of the first reading has ended since (what it used after the first reading may be lost, e.g.
+    when an orphaned worker is reaped outside the tree), so no reading is reported rather than a wrong one."""
+    if any(pid not in after for pid in before):
+        return None
+    return sum(after.values()) - sum(before.values())
 
 
 def dir_size(path: str) -> int:
@@ -167,7 +212,12 @@ def state_size(path: str) -> int:
     return sum(dir_size(os.path.join(path, p)) for p in set(named))
 
 
-def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str) -> list[dict[str, Any]]:
+def fmt_cpu(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str,
+        progress: str | None = None) -> list[dict[str, Any]]:
     path, logdir = os.path.join(root, name, "state"), os.path.join(root, name, "log")
     view = sd.incremental(path, work.query, spark=spark)
     rows: list[dict[str, Any]] = []
@@ -177,45 +227,133 @@ def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root
         for n, pdf in batch.items():  # the change log so far, for the one-shot runs
             os.makedirs(os.path.join(logdir, n), exist_ok=True)
             pdf.to_parquet(os.path.join(logdir, n, f"part-{i:06d}.parquet"), index=False)
-        t0 = time.perf_counter()
-        out = view.update(upto=i + 1, batch_id=i, **dfs)
-        n_out = out.count()
-        took = time.perf_counter() - t0
-        row: dict[str, Any] = {"update": i, "seconds": took, "output_rows": n_out, "state_bytes": state_size(path)}
+        c0, t0 = tree_cpu(), time.perf_counter()
+        with count_jobs(spark) as jobs:
+            out = view.update(upto=i + 1, batch_id=i, **dfs)
+            n_out = out.count()
+        took, cpu = time.perf_counter() - t0, cpu_between(c0, tree_cpu())
+        row: dict[str, Any] = {"update": i, "seconds": took, "cpu_seconds": cpu, "jobs": jobs.jobs, "tasks": jobs.tasks,
+                               "output_rows": n_out, "state_bytes": state_size(path)}
         if i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
             inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
                       if os.path.isdir(os.path.join(logdir, n))}
-            t0 = time.perf_counter()
-            work.query(**inputs).write.format("noop").mode("overwrite").save()
+            c0, t0 = tree_cpu(), time.perf_counter()
+            with count_jobs(spark) as jobs:
+                work.query(**inputs).write.format("noop").mode("overwrite").save()
             row["oneshot_seconds"] = time.perf_counter() - t0
+            row["oneshot_cpu_seconds"] = cpu_between(c0, tree_cpu())
+            row["oneshot_jobs"] = jobs.jobs
         rows.append(row)
-        log(f"{name} update {i}: {took:.2f}s, {n_out} output rows, state {row['state_bytes'] / 1e6:.2f} MB"
-            + (f"; one-shot {row['oneshot_seconds']:.2f}s" if "oneshot_seconds" in row else ""))
+        log(f"{name} update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs), {n_out} output rows, "
+            f"state {row['state_bytes'] / 1e6:.2f} MB"
+            + (f"; one-shot {row['oneshot_seconds']:.2f}s ({fmt_cpu(row['oneshot_cpu_seconds'])} CPU s, "
+               f"{row['oneshot_jobs']} jobs)" if "oneshot_seconds" in row else ""))
+        if progress:
+            with open(progress, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"workload": name, **row}) + "\n")
     return rows
 
 
+def valid(cpu: float | None) -> bool:
+    """A CPU reading to use: present and not negative (the first version of this script subtracted
+    totals even when a process of the tree had ended in between, which can give negative values)."""
+    return cpu is not None and cpu >= 0
+
+
 def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
-    """Mean update time over ``window`` updates ending at update 10 and at the last one."""
+    """Means over ``window`` updates ending at update 10 and at the last one (N), wall and CPU seconds.
+
+    With ``window`` = ``compact_every`` (8, the default of both) each window holds exactly one
+    update that merges the state, so the two means compare like with like."""
     last = rows[-1]["update"]
-    early = [r["seconds"] for r in rows if 10 - window < r["update"] <= 10]
-    late = [r["seconds"] for r in rows if last - window < r["update"] <= last]
-    one10 = next((r.get("oneshot_seconds") for r in rows if r["update"] == 10), None)
-    one_n = rows[-1].get("oneshot_seconds")
-    s = {
+    early = [r for r in rows if 10 - window < r["update"] <= 10]
+    late = [r for r in rows if last - window < r["update"] <= last]
+
+    def mean(rs: list[dict[str, Any]], key: str) -> float | None:
+        vals = [r[key] for r in rs if r.get(key) is not None and r[key] >= 0]
+        return float(np.mean(vals)) if vals else None
+
+    one10 = next((r for r in rows if r["update"] == 10 and "oneshot_seconds" in r), None)
+    one_n = rows[-1] if "oneshot_seconds" in rows[-1] else None
+    s: dict[str, Any] = {
         "workload": name,
         "updates": last,
-        "per_update_at_10": float(np.mean(early)) if early else None,
-        "per_update_at_N": float(np.mean(late)) if late else None,
-        "state_bytes_at_10": next((r["state_bytes"] for r in rows if r["update"] == 10), None),
-        "state_bytes_at_N": rows[-1]["state_bytes"],
-        "oneshot_at_10": one10,
-        "oneshot_at_N": one_n,
+        "window": window,
+        "per_update_at_10": mean(early, "seconds"),
+        "per_update_at_N": mean(late, "seconds"),
+        "cpu_per_update_at_10": mean(early, "cpu_seconds"),
+        "cpu_per_update_at_N": mean(late, "cpu_seconds"),
+        "jobs_per_update_at_10": mean(early, "jobs"),
+        "jobs_per_update_at_N": mean(late, "jobs"),
+        "state_bytes_at_10": mean(early, "state_bytes"),
+        "state_bytes_at_N": mean(late, "state_bytes"),
+        "state_bytes_max_after_10": max(r["state_bytes"] for r in rows if r["update"] >= 10),
+        "oneshot_at_10": one10 and one10["oneshot_seconds"],
+        "oneshot_at_N": one_n and one_n["oneshot_seconds"],
+        "oneshot_cpu_at_10": one10["oneshot_cpu_seconds"] if one10 and valid(one10["oneshot_cpu_seconds"]) else None,
+        "oneshot_cpu_at_N": one_n["oneshot_cpu_seconds"] if one_n and valid(one_n["oneshot_cpu_seconds"]) else None,
     }
-    if s["per_update_at_10"] and s["per_update_at_N"]:
-        s["ratio_N_vs_10"] = s["per_update_at_N"] / s["per_update_at_10"]
-    if one_n and rows[-1]["seconds"]:
-        s["oneshot_vs_update_at_N"] = one_n / rows[-1]["seconds"]
+    for what, at10, at_n in (("", "per_update_at_10", "per_update_at_N"), ("cpu_", "cpu_per_update_at_10", "cpu_per_update_at_N")):
+        if s[at10] and s[at_n]:
+            s[f"{what}ratio_N_vs_10"] = s[at_n] / s[at10]
+    if last >= 200:  # after warm-up (the JVM's JIT, Python workers): the window ending at update 100
+        mid = [r for r in rows if 100 - window < r["update"] <= 100]
+        s["per_update_at_100"], s["cpu_per_update_at_100"] = mean(mid, "seconds"), mean(mid, "cpu_seconds")
+        if s["per_update_at_100"] and s["per_update_at_N"]:
+            s["ratio_N_vs_100"] = s["per_update_at_N"] / s["per_update_at_100"]
+            s["cpu_ratio_N_vs_100"] = s["cpu_per_update_at_N"] / s["cpu_per_update_at_100"]
+    if one_n:
+        s["oneshot_vs_update_at_N"] = one_n["oneshot_seconds"] / one_n["seconds"]
+        if valid(one_n.get("oneshot_cpu_seconds")) and valid(one_n.get("cpu_seconds")):
+            s["oneshot_vs_update_cpu_at_N"] = one_n["oneshot_cpu_seconds"] / one_n["cpu_seconds"]
     return s
+
+
+def table(summaries: list[dict[str, Any]]) -> str:
+    """The summaries as a Markdown table (wall and CPU seconds per update at 10 and at N, state, one-shot)."""
+
+    def f(x: Any, fmt: str, unit: str = "") -> str:
+        return "-" if x is None else format(x, fmt) + unit
+
+    lines = [
+        "| workload | N | update@10 wall / CPU | update@100 wall / CPU | update@N wall / CPU | N/10 wall / CPU "
+        "| N/100 wall / CPU | jobs@10 / @N "
+        "| state@10 / @N (max after 10) | one-shot@N wall / CPU | one-shot ÷ update@N wall / CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s['workload']} | {s['updates']} "
+            f"| {f(s['per_update_at_10'], '.2f', ' s')} / {f(s['cpu_per_update_at_10'], '.2f', ' s')} "
+            f"| {f(s.get('per_update_at_100'), '.2f', ' s')} / {f(s.get('cpu_per_update_at_100'), '.2f', ' s')} "
+            f"| {f(s['per_update_at_N'], '.2f', ' s')} / {f(s['cpu_per_update_at_N'], '.2f', ' s')} "
+            f"| {f(s.get('ratio_N_vs_10'), '.2f')} / {f(s.get('cpu_ratio_N_vs_10'), '.2f')} "
+            f"| {f(s.get('ratio_N_vs_100'), '.2f')} / {f(s.get('cpu_ratio_N_vs_100'), '.2f')} "
+            f"| {f(s['jobs_per_update_at_10'], '.1f')} / {f(s['jobs_per_update_at_N'], '.1f')} "
+            f"| {f(s['state_bytes_at_10'] / 1e6, '.2f')} / {f(s['state_bytes_at_N'] / 1e6, '.2f')} "
+            f"({f(s['state_bytes_max_after_10'] / 1e6, '.2f')}) MB "
+            f"| {f(s['oneshot_at_N'], '.2f', ' s')} / {f(s['oneshot_cpu_at_N'], '.2f', ' s')} "
+            f"| {f(s.get('oneshot_vs_update_at_N'), '.2f', 'x')} / {f(s.get('oneshot_vs_update_cpu_at_N'), '.2f', 'x')} |"
+        )
+    return "\n".join(lines)
+
+
+def oneshot_table(by: dict[str, list[dict[str, Any]]]) -> str:
+    """Every update that was followed by a one-shot recomputation: both, wall and CPU seconds, and the ratio."""
+    lines = ["| workload | update | update wall / CPU | one-shot wall / CPU | one-shot ÷ update wall / CPU |",
+             "|---|---|---|---|---|"]
+    for name, rows in by.items():
+        for r in rows:
+            if "oneshot_seconds" in r:
+                cu, co = r.get("cpu_seconds"), r.get("oneshot_cpu_seconds")
+                cu, co = (cu if valid(cu) else None), (co if valid(co) else None)
+                ratio = f"{co / cu:.2f}x" if cu and co is not None else "-"
+                lines.append(
+                    f"| {name} | {r['update']} | {r['seconds']:.2f} s / {fmt_cpu(cu)} s "
+                    f"| {r['oneshot_seconds']:.2f} s / {fmt_cpu(co)} s "
+                    f"| {r['oneshot_seconds'] / r['seconds']:.2f}x / {ratio} |"
+                )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -228,36 +366,49 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--oneshot-every", type=int, default=1, help="recompute one-shot after every k-th update (0: never)")
-    ap.add_argument("--window", type=int, default=5, help="updates averaged at 10 and at N (default 5)")
+    ap.add_argument("--window", type=int, default=8, help="updates averaged at 10 and at N (default 8: one merge each)")
+    ap.add_argument("--progress", metavar="PATH", help="append each update's measurements to PATH as a JSON line")
+    ap.add_argument("--summarize", metavar="PATH", help="only summarize the JSON lines of an earlier --progress file "
+                    "(e.g. of a run cut short) and print the tables")
     args = ap.parse_args()
+    if args.summarize:
+        by: dict[str, list[dict[str, Any]]] = {}
+        with open(args.summarize, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    r = json.loads(line)
+                    by.setdefault(r.pop("workload"), []).append(r)
+        print(table([summarize(name, rows, args.window) for name, rows in by.items()]))
+        print()
+        print(oneshot_table(by))
+        return 0
     if args.updates < 10:
         ap.error("--updates must be at least 10 (the time after 10 updates is the reference)")
     spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4"})
     root = args.data_dir or tempfile.mkdtemp(prefix="sd-incremental-")
     summaries = []
+    all_rows: dict[str, list[dict[str, Any]]] = {}
     try:
         if args.workload in ("view", "both"):
             work = ViewWorkload(args.customers, args.orders, args.changes, args.seed)
-            summaries.append(summarize("view", run(spark, "view", work, args.updates, args.oneshot_every, root), args.window))
+            rows = run(spark, "view", work, args.updates, args.oneshot_every, root, args.progress)
+            summaries.append(summarize("view", rows, args.window))
+            all_rows["view"] = rows
         if args.workload in ("bfs", "both"):
             work = BfsWorkload(args.nodes, args.edges, args.changes, args.updates, args.seed)
-            summaries.append(summarize("bfs", run(spark, "bfs", work, args.updates, args.oneshot_every, root), args.window))
+            rows = run(spark, "bfs", work, args.updates, args.oneshot_every, root, args.progress)
+            summaries.append(summarize("bfs", rows, args.window))
+            all_rows["bfs"] = rows
     finally:
         if not args.keep_data and not args.data_dir:
             shutil.rmtree(root, ignore_errors=True)
     print()
-    print(f"{'workload':<8} {'N':>5} {'update@10':>10} {'update@N':>10} {'N/10':>6} {'state@10':>10} {'state@N':>10}"
-          f" {'1shot@10':>9} {'1shot@N':>9} {'1shot/upd@N':>11}")
-    for s in summaries:
-        def f(x: Any, fmt: str) -> str:
-            return "-" if x is None else format(x, fmt)
-        print(f"{s['workload']:<8} {s['updates']:>5} {f(s['per_update_at_10'], '.2f'):>9}s {f(s['per_update_at_N'], '.2f'):>9}s"
-              f" {f(s.get('ratio_N_vs_10'), '.2f'):>6} {f(s['state_bytes_at_10'] and s['state_bytes_at_10'] / 1e6, '.2f'):>8}MB"
-              f" {f(s['state_bytes_at_N'] / 1e6, '.2f'):>8}MB {f(s['oneshot_at_10'], '.2f'):>8}s {f(s['oneshot_at_N'], '.2f'):>8}s"
-              f" {f(s.get('oneshot_vs_update_at_N'), '.2f'):>10}x")
+    print(table(summaries))
+    print()
+    print(oneshot_table(all_rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"summaries": summaries, "args": vars(args)}, fh, indent=1)
+            json.dump({"summaries": summaries, "args": vars(args), "rows": all_rows}, fh, indent=1)
     return 0
 
 

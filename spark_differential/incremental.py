@@ -20,6 +20,10 @@ What is stored (Parquet, under ``path``), per committed version:
 * ``P``: the output returned so far, stored the same way;
 * the output of this version's update (what :meth:`update` returned).
 
+A version is two Parquet writes partitioned by a tag column (``new``: the deltas of
+all inputs; ``data``: the output and, when due, the merged state), so an update runs
+those two write jobs plus the shuffles of the query and of the subtraction.
+
 Why the returned output is exact.  Let ``S`` be the stored inputs (a compaction
 to an earlier frontier plus deltas), ``D`` the new updates and ``I`` everything
 received.  For every ``g`` in the future of ``F``, ``S ∪ D`` accumulates at ``g``
@@ -71,13 +75,15 @@ from .errors import (
     FrontierError,
     IncrementalStateError,
     SchemaMismatchError,
+    SparkDifferentialError,
     TimeTypeMismatchError,
     from_job_failure,
 )
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
 
-FORMAT = 1
+FORMAT = 2
 MANIFESTS = "_manifests"
+KIND = "_sd_kind"  # the partition column of a version's one Parquet write: which stored collection a row belongs to
 _MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 _VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 LATE_MODES = ("error", "advance")
@@ -322,9 +328,14 @@ class _State:
     emitted_files: list[str]
     compacted: bool = True
 
+    @property
+    def output_file(self) -> str:
+        """Where this version's update stored what it returned (absent when that was empty)."""
+        return _part(self.directory, "o")
+
     def referenced(self) -> set[str]:
         """The version directories this version's files live in."""
-        paths = [f"{self.directory}/output", *self.emitted_files]
+        paths = [self.directory, *self.emitted_files]
         for files in self.input_files.values():
             paths += files
         return {p.split("/", 1)[0] for p in paths}
@@ -348,7 +359,7 @@ class _State:
                 "files": {
                     "inputs": self.input_files,
                     "emitted": self.emitted_files,
-                    "output": f"{self.directory}/output",
+                    "output": self.output_file,
                 },
                 "committed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
             },
@@ -360,7 +371,9 @@ class _State:
         m = json.loads(text)
         if m.get("format") != FORMAT:
             raise IncrementalStateError(
-                f"sd.incremental: the state has format {m.get('format')!r}; this version reads format {FORMAT}"
+                f"sd.incremental: the state has format {m.get('format')!r}; this version reads format {FORMAT} "
+                "(format 1 stored each collection in its own Parquet directory). Rebuild the view at a new path "
+                "by replaying its inputs, or read it with the library version that wrote it."
             )
         return cls(
             version=int(m["version"]),
@@ -374,6 +387,37 @@ class _State:
             emitted_files=[str(p) for p in m["files"]["emitted"]],
             compacted=bool(m.get("compacted", True)),
         )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What an update's one write stored (the files named relative to the view's root)."""
+
+    output: T.StructType
+    output_exists: bool
+    input_files: dict[str, list[str]]
+    emitted_files: list[str]
+    compacted: bool
+
+
+def _part(directory: str, tag: str, write: str = "data") -> str:
+    """The directory (relative to the view's root) of one stored collection a version wrote.
+
+    A version writes twice: ``new`` (the new updates of every input), then ``data``
+    (what the update returned and, when due, the merged state)."""
+    return f"{directory}/{write}/{KIND}={tag}"
+
+
+def _physical(prefix: str, schema: T.StructType) -> list[str]:
+    """Column names of a stored collection in its version's one Parquet write (unique per collection)."""
+    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
+
+
+def _tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFrame:
+    """``df`` (with ``schema``'s columns) as rows of the version's one write, under its tag."""
+    return df.select(
+        F.lit(tag).alias(KIND), *[F.col(f.name).alias(p) for f, p in zip(schema.fields, _physical(prefix, schema))]
+    )
 
 
 def _same_type(a: T.DataType, b: T.DataType) -> bool:
@@ -453,11 +497,16 @@ class IncrementalView:
         state = self._state()
         return None if state is None else state.batch_id
 
-    def _read(self, rel: str | Sequence[str], schema: T.StructType) -> DataFrame:
-        rels = [rel] if isinstance(rel, str) else list(rel)
+    def _read(self, rels: Sequence[str], schema: T.StructType, prefix: str) -> DataFrame:
+        """One stored collection: the union of its files ``rels`` (one scan), with ``schema``'s column names.
+
+        ``prefix`` names the collection's columns in the files (:func:`_physical`)."""
         if not rels:
             return self.spark.createDataFrame([], schema)
-        return self.spark.read.schema(schema).parquet(*[self._files.join(r) for r in rels])
+        names = _physical(prefix, schema)
+        stored = T.StructType([T.StructField(p, f.dataType, True) for p, f in zip(names, schema.fields)])
+        df = self.spark.read.schema(stored).parquet(*[self._files.join(r) for r in rels])
+        return df.select(*[F.col(p).alias(f.name) for p, f in zip(names, schema.fields)])
 
     def _empty_output(self, state: _State) -> DataFrame:
         return self.spark.createDataFrame([], state.output)
@@ -509,7 +558,8 @@ class IncrementalView:
         state = self._state()
         if batch_id is not None and state is not None and state.batch_id is not None and batch_id <= state.batch_id:
             if batch_id == state.batch_id:
-                return self._read(f"{state.directory}/output", state.output)
+                present = [state.output_file] if self._files.exists(self._files.join(state.output_file)) else []
+                return self._read(present, state.output, "o")
             return self._empty_output(state)
 
         # -- checks on schemas alone (no Spark job) ---------------------------------------
@@ -532,6 +582,11 @@ class IncrementalView:
         time_type = state.time_type if state is not None else schemas[names[0]][TIME].dataType
 
         # -- the new version ---------------------------------------------------------------
+        # Everything the version stores is written by ONE Spark write (partitioned by
+        # KIND): each input's new updates (a delta), what this update returns, and every
+        # `compact_every` updates the merged, compacted state.  The jobs of an update are
+        # then the shuffles of the query plus that write (Spark runs each shuffle stage as
+        # a job under adaptive execution), not a write and a read per stored collection.
         version = (state.version if state is not None else 0) + 1
         directory = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
         base = self._files.join(directory)
@@ -539,59 +594,41 @@ class IncrementalView:
 
         # each input is stored as a list of Parquet directories: the last compaction and the
         # deltas staged since (any collection with the right accumulations in the future of
-        # the frontier will do); every `compact_every` files they are compacted into one
-        files: dict[str, list[str]] = {}
+        # the frontier will do); when there would be more than `compact_every` of them, the
+        # old ones are merged into one, advanced to the new frontier and consolidated
+        prefixes = {n: f"i{k}" for k, n in enumerate(names)}
+        old_files = {n: list(state.input_files[n]) if state is not None else [] for n in names}
+        staged: list[DataFrame] = []
         for n in names:
-            schema = schemas[n]
-            cols = [f.name for f in schema.fields]
-            files[n] = list(state.input_files[n]) if state is not None else []
             if n in new:
+                cols = [f.name for f in schemas[n].fields]
                 df = new[n][2].select(*cols)
                 if old_front is not None and late == "error":
                     df = _late_guard(op, n, df, ttype, old_front)
                 elif old_front is not None and late == "advance":
                     df = lift(df, ttype, old_front).select(*cols)
-                try:
-                    df.write.parquet(f"{base}/new/{n}")
-                except Exception as exc:
-                    known = from_job_failure(exc)
-                    if known is not None:
-                        raise known from None
-                    raise
-                files[n].append(f"{directory}/new/{n}")
-        combined = {n: self._read(files[n], schemas[n]) for n in names}
-
-        with recording() as history_ops:
-            result = self.query(**combined)
-        compacted = self._compacted(op, state, history_ops)
-        out_schema = self._check_output(op, result, ttype, state)
-        cols = [f.name for f in out_schema.fields]
-        result = result.select(*cols)
-        emitted_files = list(state.emitted_files) if state is not None else []
-        if emitted_files:
-            emitted_before = self._read(emitted_files, out_schema)
-            result = result.unionByName(emitted_before.withColumn(DIFF, -F.col(DIFF)))
-        if old_front is not None:
-            fresh = lift(result, ttype, old_front)
-        else:
-            fresh = _consolidate(result)
-        complete = fresh.where(~in_future(fresh, ttype, new_front)).select(*cols)
-        complete.write.parquet(f"{base}/output")
-        output = self._read(f"{directory}/output", out_schema)
-
-        emitted_files.append(f"{directory}/output")
-        if len(emitted_files) > self.compact_every or state is None:
-            emitted = self._read(emitted_files, out_schema)
-            _advance(emitted, ttype, new_front).select(*cols).write.parquet(f"{base}/emitted")
-            emitted_files = [f"{directory}/emitted"]
-        for n in names:
-            if files[n] and (len(files[n]) > self.compact_every or state is None or compacted != state.compacted):
-                merged = self._read(files[n], schemas[n])
-                kept = _advance(merged, ttype, new_front) if compacted else _consolidate(merged)
-                kept.select(*[f.name for f in schemas[n].fields]).write.parquet(f"{base}/inputs/{n}")
-                files[n] = [f"{directory}/inputs/{n}"]
-        _hook("before-manifest")
-
+                staged.append(_tagged(df, prefixes[n], prefixes[n], schemas[n]))
+        try:
+            # the new updates of every input in one write (one job): the query and later
+            # updates read them from there, so each input is evaluated exactly once
+            fresh: dict[str, str] = {}
+            if staged:
+                wide = staged[0]
+                for part in staged[1:]:
+                    wide = wide.unionByName(part, allowMissingColumns=True)
+                wide.write.partitionBy(KIND).parquet(self._files.join(directory, "new"))
+                present = set(self._files.listdir(self._files.join(directory, "new")))
+                fresh = {n: _part(directory, prefixes[n], "new") for n in new if f"{KIND}={prefixes[n]}" in present}
+            written = self._write_version(
+                op, state, schemas, prefixes, old_files, fresh, ttype, old_front, new_front, directory
+            )
+        except SparkDifferentialError:
+            raise
+        except Exception as exc:  # e.g. a late update caught by the guard
+            known = from_job_failure(exc)
+            if known is not None:
+                raise known from None
+            raise
         committed = _State(
             version=version,
             directory=directory,
@@ -599,16 +636,90 @@ class IncrementalView:
             frontier=list(new_front),
             batch_id=batch_id if batch_id is not None else (state.batch_id if state is not None else None),
             inputs=dict(schemas),
-            output=out_schema,
-            input_files=files,
-            emitted_files=emitted_files,
-            compacted=compacted,
+            output=written.output,
+            input_files=written.input_files,
+            emitted_files=written.emitted_files,
+            compacted=written.compacted,
         )
+        output = self._read([committed.output_file] if written.output_exists else [], committed.output, "o")
+        _hook("before-manifest")
+
         self._files.mkdirs(self._files.join(MANIFESTS))
         self._files.write_text_atomic(self._files.join(MANIFESTS, f"v{version:08d}.json"), committed.to_json())
         _hook("after-manifest")
         self._clean_up()
         return output
+
+    def _write_version(
+        self,
+        op: str,
+        state: _State | None,
+        schemas: Mapping[str, T.StructType],
+        prefixes: Mapping[str, str],
+        old_files: Mapping[str, list[str]],
+        fresh: Mapping[str, str],
+        ttype: TimeType,
+        old_front: list[Leaves] | None,
+        new_front: list[Leaves],
+        directory: str,
+    ) -> _Written:
+        """Run the query over the stored inputs and the new updates (``fresh``: each input's staged file)
+        and store the rest of the new version in one Parquet write; name what was written."""
+        names = list(schemas)
+        combined = {
+            n: self._read(old_files[n] + ([fresh[n]] if n in fresh else []), schemas[n], prefixes[n]) for n in names
+        }
+        with recording() as history_ops:
+            result = self.query(**combined)
+        compacted = self._compacted(op, state, history_ops)
+        out_schema = self._check_output(op, result, ttype, state)
+        cols = [f.name for f in out_schema.fields]
+        result = result.select(*cols)
+        emitted_old = list(state.emitted_files) if state is not None else []
+        if emitted_old:
+            emitted_before = self._read(emitted_old, out_schema, "o")
+            result = result.unionByName(emitted_before.withColumn(DIFF, -F.col(DIFF)))
+        ready = lift(result, ttype, old_front) if old_front is not None else _consolidate(result)
+        complete = ready.where(~in_future(ready, ttype, new_front)).select(*cols)
+
+        parts = [_tagged(complete, "o", "o", out_schema)]
+        emitted = list(emitted_old)
+        if len(emitted_old) + 1 > self.compact_every:
+            merged = _advance(self._read(emitted_old, out_schema, "o"), ttype, new_front).select(*cols)
+            parts.append(_tagged(merged, "oc", "o", out_schema))
+            emitted = [_part(directory, "oc")]
+        emitted.append(_part(directory, "o"))
+        files: dict[str, list[str]] = {}
+        for n in names:
+            pre, schema = prefixes[n], schemas[n]
+            files[n] = list(old_files[n])
+            more = 1 if n in fresh else 0
+            if old_files[n] and (
+                len(old_files[n]) + more > self.compact_every or (state is not None and compacted != state.compacted)
+            ):
+                stored = self._read(old_files[n], schema, pre)
+                merged_in = _advance(stored, ttype, new_front) if compacted else _consolidate(stored)
+                parts.append(_tagged(merged_in.select(*[f.name for f in schema.fields]), f"{pre}c", pre, schema))
+                files[n] = [_part(directory, f"{pre}c")]
+            if n in fresh:
+                files[n].append(fresh[n])
+        wide = parts[0]
+        for part in parts[1:]:
+            wide = wide.unionByName(part, allowMissingColumns=True)
+        wide.write.partitionBy(KIND).parquet(self._files.join(directory, "data"))
+        # a collection with no rows has no directory: the manifest names only those written
+        present = {f"{directory}/data/{name}" for name in self._files.listdir(self._files.join(directory, "data"))}
+
+        def kept(rels: list[str]) -> list[str]:
+            return [r for r in rels if not r.startswith(f"{directory}/data/") or r in present]
+
+        return _Written(
+            output=out_schema,
+            output_exists=_part(directory, "o") in present,
+            input_files={n: kept(fs) for n, fs in files.items()},
+            emitted_files=kept(emitted),
+            compacted=compacted,
+        )
 
     def _compacted(self, op: str, state: _State | None, history_ops: set[str]) -> bool:
         """Whether the stored inputs are compacted (advanced to the frontier) after this update."""
@@ -881,9 +992,9 @@ def incremental(
     ``path`` at a time.
 
     Each update stages its new updates as one more Parquet directory per input
-    (and its output as one more for the output returned so far); every
-    ``compact_every`` updates an input's (or the output's) directories are merged
-    into one, advanced to the frontier and consolidated.
+    (and its output as one more for the output returned so far); when an input (or
+    the output) would have more than ``compact_every`` directories, the older ones
+    are merged into one, advanced to the frontier and consolidated.
 
     ``compact`` says whether the stored inputs are compacted to the frontier
     (their size then follows the live data, not its history).  Left unset, they

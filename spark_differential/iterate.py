@@ -1074,7 +1074,7 @@ def dd_iterate(
     operators are noted and the ``select``/``where``/``withColumn``/union steps
     between them are translated to DuckDB SQL.  When that succeeds and the roots and
     outer collections together hold at most ``spark_differential.iterate.localRows``
-    rows (default 1,000,000; ``0`` or ``off`` disables it), every iteration runs inside
+    rows (default 1,000,000, 2,500,000 on a ``local`` master; ``0`` or ``off`` disables it), every iteration runs inside
     one task with the same kernels: one Spark job for the whole loop instead of
     several per iteration, and identical rows.  Otherwise (a nested ``dd_iterate``,
     an expression the translator does not cover, Spark Connect, larger inputs) the

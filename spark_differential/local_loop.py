@@ -24,9 +24,14 @@ data); here the whole loop is one task of one job:
 * Over a totally ordered time the task cuts the loop into **time chunks** itself
   (the rule of :mod:`spark_differential.chunks`, planned from the rows at hand):
   chunked forms built in DuckDB, the chunk one more key of every operator, the
-  answers un-chunked at the end.
+  answers un-chunked at the end.  With ``spark_differential.iterate.localThreads``
+  above 1 (default 1) the chunks are cut into that many groups of about equal rows,
+  each group's loop run on a thread of the task.
+* Each operator's trace is kept in batches consolidated and sorted by the operator's
+  key, so an iteration finds the trace rows of the keys it touches by binary search.
 * A task that receives more than ``spark_differential.iterate.localRows`` input
-  rows (default :data:`DEFAULT_ROWS`; ``0`` disables the path) stops reading and
+  rows (default :data:`DEFAULT_ROWS`, :data:`DEFAULT_ROWS_LOCAL` on a local master;
+  ``0`` disables the path) stops reading and
   says so; the loop then runs distributed.  The task's last row reports how it
   ended (done, too large, or out of iterations) through an observed metric of the
   same job.
@@ -56,6 +61,10 @@ log = logging.getLogger("spark_differential.iterate")
 
 CONF = "spark_differential.iterate.localRows"
 DEFAULT_ROWS = 1_000_000
+# on a local master the task's Python worker shares the driver's machine, with no
+# executor container whose memory limit it counts against: 10^6-change BFS
+# (2,002,001 input rows) runs in one task at a peak of about 3.5 GB there
+DEFAULT_ROWS_LOCAL = 2_500_000
 SRC = "_sd_src"
 STATUS = "_sd_status"
 ITERS = "_sd_iters"
@@ -68,20 +77,53 @@ SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
 
+def default_rows(spark: Any) -> int:
+    """The default of ``localRows``: :data:`DEFAULT_ROWS`, or :data:`DEFAULT_ROWS_LOCAL`
+    on a ``local``/``local-cluster`` master (executors on the driver's machine)."""
+    try:
+        master = str(spark.sparkContext.master)
+    except Exception:  # noqa: BLE001 - e.g. Spark Connect (whose loops run distributed anyway)
+        return DEFAULT_ROWS
+    return DEFAULT_ROWS_LOCAL if master.startswith("local") else DEFAULT_ROWS
+
+
 def rows_setting(spark: Any) -> int:
     """Input rows a loop may have to run inside one task (``0``: never)."""
     from .errors import ConfigurationError
 
+    default = default_rows(spark)
     try:
-        raw = str(spark.conf.get(CONF, str(DEFAULT_ROWS))).strip().lower()
+        raw = str(spark.conf.get(CONF, str(default))).strip().lower()
     except Exception:  # pragma: no cover - a session without runtime conf
-        return DEFAULT_ROWS
+        return default
     if raw in ("off", "false", "none", ""):
         return 0
     try:
         return max(0, int(raw))
     except ValueError:
         raise ConfigurationError(f"{CONF} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+
+
+THREADS_CONF = "spark_differential.iterate.localThreads"
+DEFAULT_THREADS = 1
+
+
+def threads_setting(spark: Any) -> int:
+    """Threads a loop inside one task may run its groups of time chunks on
+    (``spark_differential.iterate.localThreads``, default :data:`DEFAULT_THREADS`)."""
+    from .errors import ConfigurationError
+
+    try:
+        raw = str(spark.conf.get(THREADS_CONF, str(DEFAULT_THREADS))).strip()
+    except Exception:  # pragma: no cover - a session without runtime conf
+        return DEFAULT_THREADS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(f"{THREADS_CONF} must be a positive number of threads; got {raw!r}")
+    return value
 
 
 # ---------------------------------------------------------------------------------
@@ -153,6 +195,7 @@ class Program:
     limit: int
     chunk_rows: int | None = 0  # updates per time chunk (None: auto; 0: never chunk)
     chunking: Chunking | None = None  # chunks planned on the driver: the sources arrive in chunked form
+    threads: int = 1  # groups of time chunks run at once, each on a thread of the task
 
 
 # ---------------------------------------------------------------------------------
@@ -283,7 +326,7 @@ class Recorder:
 
         chunk_rows = rows_setting(self.spark) if isinstance(cs.ttype, Total) else 0
         return Program(tuple(self.steps), output, tuple(data), self.width, roots, sources, max_iterations, limit,
-                       chunk_rows)
+                       chunk_rows, threads=threads_setting(self.spark))
 
 
 # ---------------------------------------------------------------------------------
@@ -349,43 +392,91 @@ def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str])
 
 @dataclass
 class _Trace:
-    """One input's earlier updates (kernel columns, ``_new`` false), merged size-tiered."""
+    """One input's earlier updates (kernel columns, ``_new`` false), merged size-tiered.
+
+    A batch is kept consolidated and sorted by ``key`` where its columns allow
+    (:func:`spark_differential.kernels.native.key_sorted`), so the rows of the keys an
+    iteration touches are found by binary search instead of a pass over the trace."""
 
     schema: pa.Schema
-    batches: list[pa.Table] = field(default_factory=list)
+    key: tuple[str, ...] = ()
+    batches: list[Any] = field(default_factory=list)  # pa.Table, or native.KeySorted
+
+    @staticmethod
+    def _rows(batch: Any) -> pa.Table:
+        return batch if isinstance(batch, pa.Table) else batch.table
 
     def table(self) -> pa.Table:
-        return pa.concat_tables(self.batches) if self.batches else self.schema.empty_table()
+        """Every update of the trace."""
+        return pa.concat_tables([self._rows(b) for b in self.batches]) if self.batches else self.schema.empty_table()
+
+    def touching(self, new: Sequence[pa.Table]) -> pa.Table:
+        """The trace's updates whose key some row of ``new`` has (all of them: no key)."""
+        from .kernels import native
+        from .kernels.common import conform
+
+        if not self.key:
+            return self.table() if any(t.num_rows for t in new) else self.schema.empty_table()
+        present = [t.select(list(self.key)) for t in new if t.num_rows]
+        if not present or not self.batches:
+            return self.schema.empty_table()
+        keys_ = pa.concat_tables(present)
+        distinct = native.distinct_keys(keys_, self.key)  # once for every batch
+        parts = [_touching(b, [keys_], self.key) if isinstance(b, pa.Table)
+                 else b.touching(keys_) if distinct is None else b.touching_distinct(distinct)
+                 for b in self.batches]
+        return _concat(parts, self.schema) if len(parts) > 1 else conform(parts[0], self.schema)
 
     def add(self, new: pa.Table) -> None:
-        from .kernels.common import NEW, conform
+        """Keep ``new``'s updates (as old ones from now on)."""
+        from .kernels.common import NEW
 
         if new.num_rows == 0:
             return
         old = new.set_column(new.schema.get_field_index(NEW), NEW, pa.array(np.zeros(new.num_rows, dtype=bool)))
-        self.batches.append(old)
+        self.batches.append(self._sorted(old))
         # merge the newest batches while an older one is at most twice their size
-        while len(self.batches) > 1 and self.batches[-2].num_rows <= 2 * self.batches[-1].num_rows:
-            merged = pa.concat_tables(self.batches[-2:])
-            cols = [c for c in merged.column_names if c != "_d"]
-            self.batches[-2:] = [conform(_consolidate(merged, cols, diff="_d"), self.schema)]
+        while len(self.batches) > 1 and self._rows(self.batches[-2]).num_rows <= 2 * self._rows(self.batches[-1]).num_rows:
+            merged = pa.concat_tables([self._rows(b) for b in self.batches[-2:]])
+            self.batches[-2:] = [self._sorted(merged)]
+            if self._rows(self.batches[-1]).num_rows == 0:
+                self.batches.pop()
+
+    def _sorted(self, table: pa.Table) -> Any:
+        from .kernels import native
+        from .kernels.common import conform
+
+        if self.key:
+            kept = native.key_sorted(table, self.key)
+            if kept is not None:
+                return dataclasses.replace(kept, table=conform(kept.table, self.schema))
+        cols = [c for c in table.column_names if c != "_d"]
+        return conform(_consolidate(table, cols, diff="_d"), self.schema)
 
 
 def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[_Trace],
               iteration: int) -> pa.Table:
+    """One stateful step of iteration ``iteration``: its kernel over this iteration's new
+    updates and the trace rows of the keys they touch; the new updates join the traces.
+
+    An outer source enters as new updates at iteration 0 and is kept in its input's
+    trace, the old updates of every later iteration."""
     from .kernels.common import D, conform, times
 
     news: list[pa.Table | None] = []
-    olds: list[pa.Table | None] = []
+    olds: list[_Trace | None] = []
     for inp, trace in zip(step.inputs, traces):
         if inp.relation is None:
-            rows = _kernel_input(sources[inp.source], inp, iteration == 0, step.width)  # type: ignore[index]
-            news.append(rows if iteration == 0 else None)
-            olds.append(None if iteration == 0 else rows)
+            if iteration == 0:
+                news.append(_kernel_input(sources[inp.source], inp, True, step.width))  # type: ignore[index]
+                olds.append(None)
+            else:
+                news.append(None)
+                olds.append(trace)
             continue
         new = _kernel_input(_relation(inp.relation, tables), inp, True, step.width)
         news.append(new)
-        olds.append(trace.table() if inp.keep else None)
+        olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
     if not any(n.num_rows for n in present):
         out = step.out_schema.empty_table()
@@ -394,13 +485,13 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         for inp, new, old in zip(step.inputs, news, olds):
             parts = []
             if old is not None:
-                parts.append(_touching(old, present, step.key_cols))
+                parts.append(old.touching(present))
             if new is not None:
                 parts.append(new)
             sides.append(_concat(parts, inp.schema))
         out = conform(step.kernel(step.params, *sides), step.out_schema)
     for inp, new, trace in zip(step.inputs, news, traces):
-        if inp.keep and new is not None and inp.relation is not None:
+        if new is not None and (inp.relation is None or inp.keep):
             trace.add(new)
     t = times(step.width)
     labels = {internal: user for internal, user in step.out_columns}
@@ -513,20 +604,70 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     """Run the loop from its sources (the roots first) to its fixed point: ``(result, changes of
     each iteration, number of time chunks)``.
 
+    In time chunks with ``program.threads`` above one, the chunks are cut into that many
+    groups of about equal rows, each group's loop run on a thread of its own (the
+    kernels spend most of their time in numpy, Arrow, DuckDB and numba code that
+    releases the GIL); the groups never meet, so the answers are concatenated and the
+    changes of iteration ``i`` are the groups' changes of iteration ``i`` summed.
+
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
     loop (the result is then empty)."""
     from .kernels.common import conform
 
-    cols = [*program.data, *leaves(program.width), DIFF]
     chunks = program.chunking
     if chunks is None:
         chunks = _plan_chunks(program, sources)
         if chunks is not None:
             sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
-    steps = program.steps
-    if chunks is not None:
-        steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in steps)
-    traces = {s.name: [_Trace(i.schema) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
+    if chunks is None:
+        result, history = _loop(program, program.steps, sources)
+        return conform(_consolidate(result, program.roots.names[:-1]), program.roots), history, 0
+    steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in program.steps)
+    groups = _chunk_groups(sources, chunks, program.threads)
+    if len(groups) == 1:
+        result, history = _loop(program, steps, sources)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="sd-chunks") as pool:
+            done = list(pool.map(lambda g: _loop(program, steps, g), groups))
+        history = [sum(h[i] for _, h in done if i < len(h)) for i in range(max(len(h) for _, h in done))]
+        result = pa.concat_tables([r for r, _ in done])
+    if history[-1]:
+        return program.roots.empty_table(), history, chunks.count
+    return conform(_unchunked(result, program.data, chunks), program.roots), history, chunks.count
+
+
+def _chunk_groups(sources: Sequence[pa.Table], ch: Chunking, n: int) -> list[list[pa.Table]]:
+    """The sources (in chunked form) cut into at most ``n`` groups of consecutive chunks
+    holding about equal numbers of rows: each group's rows, source by source."""
+    if n <= 1 or ch.count < 2:
+        return [list(sources)]
+    t = leaves(1)[0]
+    index = [(t_.column(t).to_numpy(zero_copy_only=False) - ch.t0) // ch.width for t_ in sources]
+    rows = np.zeros(ch.count, dtype=np.int64)
+    for ix in index:
+        rows += np.bincount(ix, minlength=ch.count)
+    cum = np.cumsum(rows)
+    # group g holds the chunks below cut[g]: the first chunk where the rows reach (g + 1) / n of all
+    cuts = np.unique(np.searchsorted(cum, cum[-1] * np.arange(1, n) / n, side="left") + 1)
+    cuts = [int(c) for c in cuts if 0 < c < ch.count]
+    if not cuts:
+        return [list(sources)]
+    groups = []
+    for lo, hi in zip([0, *cuts], [*cuts, ch.count]):
+        groups.append([tb.filter(pa.array((ix >= lo) & (ix < hi))) for tb, ix in zip(sources, index)])
+    return groups
+
+
+def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
+    """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
+    consolidated (chunked form when the steps are chunked), changes per iteration)``; the
+    result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop."""
+    from .kernels.common import conform
+
+    cols = [*program.data, *leaves(program.width), DIFF]
+    traces = {s.name: [_Trace(i.schema, s.key_cols) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
     roots = conform(sources[0], program.roots)
     parts = [roots]
     v = roots
@@ -551,13 +692,10 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
             break
         i += 1
         if program.max_iterations is not None and i >= program.max_iterations:
-            return program.roots.empty_table(), history, chunks.count if chunks else 0
+            return program.roots.empty_table(), history
         parts.append(delta)
         v = delta
-    result = _consolidate(pa.concat_tables(parts), cols[:-1])
-    if chunks is not None:
-        result = _unchunked(result, program.data, chunks)
-    return conform(result, program.roots), history, chunks.count if chunks else 0
+    return pa.concat_tables(parts), history
 
 
 def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -59,6 +59,7 @@ from spark_support import no_spark_job, sdf
 
 import spark_differential as sd
 from spark_differential import lattice as L
+from spark_differential.algorithms import bfs
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -299,15 +300,9 @@ def test_asof_join_in_successive_updates(spark, tmp_path) -> None:
         )
 
 
-def bfs(roots: DataFrame, edges: DataFrame) -> DataFrame:
-    """BFS distances as in seed 001 (join, +1, concat, min)."""
-    e = edges.withColumnRenamed("src", "node")
-    return roots.dd_iterate(
-        lambda d: d.dd_join(e, on="node")
-        .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
-        .dd_concat(d)
-        .dd_min(by="node", col="dist")
-    )
+def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    """Seed 001's BFS distances from ``roots`` (column ``node``): the library's ``algorithms.bfs``."""
+    return bfs(edges, roots)
 
 
 def toggling_edges(rng: random.Random, nodes: int, pairs: int, hi: int) -> Coll:
@@ -324,15 +319,14 @@ def test_bfs_with_dd_iterate_over_a_changing_graph(spark, tmp_path) -> None:
     lat = Total()
     rng = random.Random(11)
     edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 8, 14, 9).updates))
-    roots = Coll(("node", "dist"), [((0, 0), 0, 1)])
+    roots = Coll(("node",), [((0,), 0, 1)])
     inputs = {"roots": roots, "edges": edges}
     steps = schedule(rng, lat, inputs, 4, 10)
 
     def ref(c: dict[str, Coll]) -> Coll:
-        roots_ = Coll(("node",), [((d[0],), t, r) for d, t, r in c["roots"].updates])
-        return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), roots_, lat)
+        return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), c["roots"], lat)
 
-    got = run_view(spark, str(tmp_path / "bfs"), bfs, inputs, steps, lat)
+    got = run_view(spark, str(tmp_path / "bfs"), bfs_view, inputs, steps, lat)
     want = expected(ref, inputs, steps[-1][0], lat)
     assert want, "the graph should give some distances"
     assert_updates_equal(consolidate(got), want)
@@ -360,6 +354,49 @@ def test_repeated_batch_id_changes_nothing(spark, tmp_path) -> None:
     assert out1 == [((1, 2), 2, -1), ((1, 3), 2, 1)]
     assert rows_of(view.update(upto=7, batch_id=0, a=other)) == []  # an older batch: nothing
     assert view.frontier == 3 and view.batch_id == 1
+
+
+def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path) -> None:
+    """Counts, not timings: the Spark jobs of one update of ``orders ⋈ customers``, count per region.
+
+    One write stages the new updates of both inputs; then the query's two shuffles (the
+    join's, the count's), one shuffle subtracting the output already returned, and one
+    write storing what the update returns: 5 jobs (stage 1 first ran 6, and 12 when
+    merging state).  Merging the state (here every third update) adds one shuffle per
+    merged collection: both inputs and the output returned so far, 8 jobs.
+    """
+    from spark_differential._jobs import count_jobs
+
+    def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        return orders.dd_join(customers, on="cid").dd_count(by="region")
+
+    o_schema, c_schema = "oid long, cid long, time long, diff long", "cid long, region string, time long, diff long"
+    rng = random.Random(3)
+    orders = [(j, rng.randrange(6), 0, 1) for j in range(20)]
+    customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
+    view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3)
+    jobs, got = [], []
+    for i in range(5):
+        if i > 0:  # an order moves to another customer, a customer to another region
+            oid, cid = rng.randrange(20), rng.randrange(6)
+            old = [r for r in orders if r[0] == oid]
+            orders += [(oid, old[-1][1], i, -1), (oid, cid, i, 1)] if sum(r[3] for r in old) else [(oid, cid, i, 1)]
+            cur = {}
+            for c, reg, _, r in customers:
+                cur[(c, reg)] = cur.get((c, reg), 0) + r
+            c = rng.randrange(6)
+            reg = next(k[1] for k, v in cur.items() if k[0] == c and v > 0)
+            customers += [(c, reg, i, -1), (c, f"r{(int(reg[1:]) + 1) % 3}", i, 1)]
+        o = spark.createDataFrame([r for r in orders if r[2] == i], o_schema)
+        c_df = spark.createDataFrame([r for r in customers if r[2] == i], c_schema)
+        with count_jobs(spark) as counted:
+            out = view.update(upto=i + 1, orders=o, customers=c_df)
+        jobs.append(counted.jobs)
+        got += rows_of(out)
+    want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
+    assert want and sorted(consolidate(got)) == sorted(want)
+    # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
+    assert jobs == [5, 5, 5, 8, 5], jobs
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
@@ -437,6 +474,15 @@ def test_old_versions_are_cleaned_up(spark, tmp_path, every: int) -> None:
     assert dirs == (["v00000003", "v00000004"] if every == 1 else ["v00000001", "v00000002", "v00000003", "v00000004"])
     last = json.loads((path / "_manifests" / manifests[-1]).read_text())
     assert last["frontier"] == [[4]]
+
+
+def test_state_of_another_format_is_a_named_error(spark, tmp_path) -> None:
+    """A manifest written by format 1 (each collection in its own directory) is refused, saying what to do."""
+    path = tmp_path / "v"
+    (path / "_manifests").mkdir(parents=True)
+    (path / "_manifests" / "v00000001.json").write_text(json.dumps({"format": 1, "version": 1}))
+    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads format 2.*Rebuild the view"):
+        _ = sd.incremental(str(path), counts).frontier
 
 
 KILLED = r"""

@@ -575,6 +575,18 @@ def test_dense_ranks_packed_or_not(spread: int) -> None:
     assert [rows[i] for i in order] == sorted(rows)
 
 
+@pytest.mark.parametrize(("n", "n_major", "n_minor"), [(0, 1, 1), (1, 1, 1), (5000, 40, 3), (3000, 2000, 9000)])
+def test_dense_order_sorts_stably_by_both_ids(n: int, n_major: int, n_minor: int) -> None:
+    """Counting passes order rows by (major, minor) ids exactly as a stable lexicographic sort."""
+    import numpy as np
+
+    from spark_differential.kernels.order import dense_order
+
+    rng = np.random.default_rng(n)
+    major, minor = rng.integers(0, n_major, n), rng.integers(0, n_minor, n)
+    assert dense_order(major, n_major, minor, n_minor).tolist() == np.lexsort((minor, major)).tolist()
+
+
 def test_unique_sorted_matches_numpy() -> None:
     import numpy as np
 

@@ -1,7 +1,7 @@
-"""DuckDB inside the kernels: one connection per Python worker, SQL from ``sql/``.
+"""DuckDB inside the kernels: one connection per thread of a Python worker, SQL from ``sql/``.
 
-Kernels are plain functions over Arrow tables.  They register their inputs with a
-process-wide DuckDB connection (created on first use, reused for every group the
+Kernels are plain functions over Arrow tables.  They register their inputs with the
+calling thread's DuckDB connection (created on first use, reused for every group the
 worker processes), run SQL templates stored in the top-level ``sql/`` directory
 (shipped as the ``spark_differential._sql`` package), and hand Arrow back.
 """
@@ -25,22 +25,21 @@ duckdb = lazy("duckdb")
 pa = lazy("pyarrow")
 
 
-_CON: duckdb.DuckDBPyConnection | None = None
-_PID: int | None = None
-_LOCK = threading.Lock()
+_LOCAL = threading.local()  # per thread: (connection, pid)
 _NAMES = itertools.count()
 
 
 def connection() -> duckdb.DuckDBPyConnection:
-    """The worker's DuckDB connection (one per process; recreated after a fork)."""
-    global _CON, _PID
-    with _LOCK:
-        if _CON is None or _PID != os.getpid():
-            threads = int(os.environ.get("SD_DUCKDB_THREADS", "1"))
-            mem = os.environ.get("SD_DUCKDB_MEMORY", "2GB")
-            _CON = duckdb.connect(config={"threads": threads, "memory_limit": mem})
-            _PID = os.getpid()
-        return _CON
+    """The calling thread's DuckDB connection (one per thread of a process, recreated
+    after a fork): a DuckDB connection must not run two queries at once, and an
+    in-task loop runs groups of time chunks on threads of its own."""
+    held = getattr(_LOCAL, "held", None)
+    if held is None or held[1] != os.getpid():
+        threads = int(os.environ.get("SD_DUCKDB_THREADS", "1"))
+        mem = os.environ.get("SD_DUCKDB_MEMORY", "2GB")
+        held = (duckdb.connect(config={"threads": threads, "memory_limit": mem}), os.getpid())
+        _LOCAL.held = held
+    return held[0]
 
 
 def quote(name: str) -> str:

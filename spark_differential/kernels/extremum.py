@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from numba import njit
 
 from .common import NEW, keys, names, times
+from .order import dense_order, worth_counting
 from .stab import dense_ranks, exact_type, ids, sort_order
 
 _NONE = np.iinfo(np.int64).max  # an empty tree node: no live row
@@ -189,7 +190,7 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
         fields = [X.schema.field(c) for c in k] + [pa.field("_o0", out_type)] + [pa.field(c, pa.int64()) for c in [*t, "_d"]]
         return pa.schema(fields).empty_table()
     kid = ids([X.column(c) for c in k], n)
-    trank = dense_ranks([X.column(c).to_numpy() for c in t])[0]
+    trank, ntimes = dense_ranks([X.column(c).to_numpy() for c in t])
     val = _comparable(X.column("_a0"), largest)
     # slots: a key's distinct data rows, numbered consecutively in value order
     by_value = [kid, val] if ndata == 1 else [kid, val, ids([X.column(c) for c in a], n)]
@@ -200,7 +201,11 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     row_of[slot] = np.arange(n, dtype=np.int64)
     new = X.column(NEW).to_numpy(zero_copy_only=False).astype(np.bool_)
     d = X.column("_d").to_numpy().astype(np.int64)
-    order = sort_order([kid, trank]).astype(np.int64)
+    nkeys_ = int(kid.max()) + 1
+    if worth_counting(n, nkeys_, ntimes):  # kid and trank are dense ids: two counting passes
+        order = dense_order(kid, nkeys_, trank, ntimes)
+    else:
+        order = sort_order([kid, trank]).astype(np.int64)
     rows, vrows, diff = _sweep(order, kid[order], trank[order], slot[order], d[order], new[order], val_of, row_of)
     at, vat = pa.array(rows), pa.array(vrows)
     cols = {c: X.column(c).take(at) for c in [*k, *t]}

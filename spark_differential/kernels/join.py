@@ -20,7 +20,7 @@ from .._lazy import lazy
 from ..lattice import TimeType
 from . import duck, native
 from .common import NEW, csv, key_eq, keys, names, times
-from .stab import stab
+from .stab import numbered, stab, stab_numbered
 
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
@@ -59,16 +59,22 @@ def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Tab
     a, b = names("_a", p.na), names("_b", p.nb)
     out, w = [*a, *b], p.ttype.width
     a_new = _with_new(A, True) if has_old else A
-    parts = [
-        stab(a_new, B, p.nkeys, a, b, w, strict=False, out_data=out),
-        stab(B, a_new, p.nkeys, b, a, w, strict=True, out_data=out),
-    ]
+    pairs = [(a_new, B)]
     if has_old:
-        a_old, b_new = _with_new(A, False), _with_new(B, True)
-        parts += [
-            stab(a_old, b_new, p.nkeys, a, b, w, strict=False, out_data=out),
-            stab(b_new, a_old, p.nkeys, b, a, w, strict=True, out_data=out),
-        ]
+        pairs.append((_with_new(A, False), _with_new(B, True)))
+    parts = []
+    for x, y in pairs:
+        if x.num_rows == 0 or y.num_rows == 0:
+            continue
+        # both directions of a pair share one consolidation and numbering of its tables
+        done = numbered([(x, a), (y, b)], p.nkeys, w)
+        if done is None:
+            parts += [stab(x, y, p.nkeys, a, b, w, strict=False, out_data=out),
+                      stab(y, x, p.nkeys, b, a, w, strict=True, out_data=out)]
+        else:
+            xn, yn = done
+            parts += [stab_numbered(xn, yn, p.nkeys, w, strict=False, out_data=out),
+                      stab_numbered(yn, xn, p.nkeys, w, strict=True, out_data=out)]
     return consolidated(parts, [*keys(p.nkeys), *out, *times(w)])
 
 

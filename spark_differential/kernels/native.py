@@ -16,15 +16,22 @@ group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
 (checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
 columns without nulls for the semi-join (SQL's ``IS NOT DISTINCT FROM`` matches a
 null key to a null key, Arrow's join does not).  Anything else goes to DuckDB.
+
+:func:`key_sorted` consolidates a table of integer columns by one sort and keeps it
+sorted by a key (:class:`KeySorted`): the rows of given keys (its
+:meth:`~KeySorted.touching`, the same rows as :func:`touching`) are then found by
+binary search, which is how the in-task loop reads its traces.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .._lazy import lazy
 from . import duck
 
+np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
 
@@ -135,3 +142,190 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
 
     sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {duck.cols(cols)} FROM $K) AS n ON {key_eq([duck.quote(c) for c in cols], 'x', 'n')}"
     return duck.query(sql, {"X": table, "K": keys.select(cols)})
+
+
+# ---------------------------------------------------------------------------------
+# tables kept sorted by a key: consolidation by one sort, key lookups by binary search
+
+
+def _int_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column of integers (or booleans) without nulls as int64 values, else ``None``."""
+    import numpy as np
+
+    t = column.type
+    if column.null_count:
+        return None
+    if pa.types.is_boolean(t) or pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64):
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        return np.asarray(arr.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
+    return None
+
+
+@dataclass(frozen=True)
+class Radix:
+    """A mixed-radix packing of integer columns into one int64 per row: column ``i`` takes
+    values ``lo[i] .. lo[i] + size[i] - 1``, the first column most significant, so codes
+    order rows as the columns do lexicographically."""
+
+    lo: tuple[int, ...]
+    size: tuple[int, ...]
+
+    @staticmethod
+    def of(values: Sequence[np.ndarray]) -> Radix | None:
+        """The packing of these columns (each non-empty), or ``None`` when their ranges do
+        not fit in 62 bits together."""
+        lo, size, span = [], [], 1
+        for v in values:
+            a, b = int(v.min()), int(v.max())
+            span *= b - a + 1
+            if span >= _SAFE_SUM:
+                return None
+            lo.append(a)
+            size.append(b - a + 1)
+        return Radix(tuple(lo), tuple(size))
+
+    def codes(self, values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Codes of rows, and a mask of the rows inside the ranges (``None``: all are); rows
+        outside get arbitrary codes."""
+        import numpy as np
+
+        code = np.zeros(len(values[0]) if values else 0, dtype=np.int64)
+        inside: np.ndarray | None = None
+        for v, lo, size in zip(values, self.lo, self.size):
+            off = v - lo
+            ok = (off >= 0) & (off < size)
+            if not ok.all():
+                inside = ok if inside is None else inside & ok
+                off = np.where(ok, off, 0)
+            code = code * size + off
+        return code, inside
+
+
+@dataclass(frozen=True)
+class KeySorted:
+    """A consolidated table sorted by its ``key`` columns (lexicographically), with the key
+    of every row packed by ``radix`` into ``codes`` (ascending): the rows of given keys
+    are found by binary search."""
+
+    table: pa.Table
+    key: tuple[str, ...]
+    radix: Radix
+    codes: np.ndarray
+
+    def touching(self, keys: pa.Table) -> pa.Table:
+        """The rows whose key some row of ``keys`` (its ``key`` columns, integers without nulls)
+        has: :func:`touching`, in ``O(|keys| log |table| + output)``."""
+        if self.table.num_rows == 0 or keys.num_rows == 0:
+            return self.table.slice(0, 0)
+        if not self.key:
+            return self.table
+        values = distinct_keys(keys, self.key)
+        if values is None:
+            return touching(self.table, keys, self.key)
+        return self.touching_distinct(values)
+
+    def touching_distinct(self, values: Sequence[np.ndarray]) -> pa.Table:
+        """:meth:`touching` for keys given as :func:`distinct_keys` gives them (distinct
+        rows in lexicographic order: codes of any packing come out ascending)."""
+        import numpy as np
+
+        if not self.key:
+            return self.table if len(values) and len(values[0]) else self.table.slice(0, 0)
+        if self.table.num_rows == 0 or len(values[0]) == 0:
+            return self.table.slice(0, 0)
+        wanted, inside = self.radix.codes(values)
+        if inside is not None:
+            wanted = wanted[inside]
+        lo = np.searchsorted(self.codes, wanted, side="left")
+        hi = np.searchsorted(self.codes, wanted, side="right")
+        cnt = hi - lo
+        keep = cnt > 0
+        lo, cnt = lo[keep], cnt[keep]
+        total = int(cnt.sum())
+        if total == 0:
+            return self.table.slice(0, 0)
+        rows = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        return self.table.take(pa.array(rows))
+
+
+def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | None:
+    """The distinct rows of ``keys``' ``cols`` (integers without nulls) as int64 columns, in
+    lexicographic order; ``None`` for other columns."""
+    import numpy as np
+
+    values = [_int_values(keys.column(c)) for c in cols]
+    if any(v is None for v in values):
+        return None
+    if keys.num_rows == 0:
+        return [np.zeros(0, dtype=np.int64) for _ in cols]
+    radix = Radix.of(values)  # type: ignore[arg-type]
+    if radix is None:
+        order = np.lexsort(tuple(reversed(values)))
+        s = [v[order] for v in values]  # type: ignore[index]
+        change = np.zeros(len(order), dtype=bool)
+        change[0] = True
+        for v in s:
+            change[1:] |= v[1:] != v[:-1]
+        return [v[change] for v in s]
+    code, _ = radix.codes(values)  # type: ignore[arg-type]
+    order = np.argsort(code)
+    sc = code[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sc[1:] != sc[:-1]
+    rows = order[first]
+    return [v[rows] for v in values]  # type: ignore[index]
+
+
+def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySorted | None:
+    """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
+    ``key`` first, or ``None`` when some column is not integers (or booleans) without nulls
+    or the columns do not pack into one int64 (then :func:`consolidated` is the way).
+
+    One stable sort of one int64 per row: two sorted runs concatenated (a trace's
+    merge) sort in linear time.  The packed code is built one column at a time, so
+    beside the table the sort holds about three int64 arrays of its rows."""
+    import numpy as np
+
+    key = list(key)
+    rest = [c for c in table.column_names if c != diff and c not in key]
+    cols = [*key, *rest]
+    n = table.num_rows
+    if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:
+        return None
+    lo, size, span = [], [], 1
+    for c in cols:
+        col = table.column(c)
+        t = col.type
+        if col.null_count or not (pa.types.is_boolean(t) or pa.types.is_signed_integer(t)
+                                  or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
+            return None
+        bounds = pc.min_max(col.cast(pa.int64()) if pa.types.is_boolean(t) else col)
+        a, b = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        span *= b - a + 1
+        if span >= _SAFE_SUM:
+            return None
+        lo.append(a)
+        size.append(b - a + 1)
+    code = np.zeros(n, dtype=np.int64)
+    for c, a, s in zip(cols, lo, size):
+        np.multiply(code, s, out=code)
+        code += _int_values(table.column(c))  # type: ignore[operator]
+        code -= a
+    order = np.argsort(code, kind="stable")
+    code = code[order]
+    head = np.ones(n, dtype=bool)
+    head[1:] = code[1:] != code[:-1]
+    starts = np.nonzero(head)[0]
+    del head
+    sums = np.add.reduceat(_int_values(table.column(diff))[order], starts)  # type: ignore[index]
+    nonzero = sums != 0
+    rows = order[starts[nonzero]]
+    del order
+    rest_span = 1
+    for s in size[len(key):]:
+        rest_span *= s
+    codes = code[starts[nonzero]] // rest_span
+    del code
+    out = table.select(cols).take(pa.array(rows)).append_column(diff, pa.array(sums[nonzero], pa.int64()))
+    return KeySorted(out.select(table.column_names), tuple(key), Radix(tuple(lo[: len(key)]), tuple(size[: len(key)])),
+                     codes)

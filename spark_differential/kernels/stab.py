@@ -240,6 +240,34 @@ def _numbered_sql(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str], q
     return duck.query(p_full, tables), duck.query(q_full, tables)
 
 
+def numbered(tables: Sequence[tuple[pa.Table, Sequence[str]]], nkeys: int, width: int) -> list[pa.Table] | None:
+    """Each ``(table, data columns)`` consolidated, with ``_kid`` (key ids shared by all the
+    tables) and ``_did`` ((key, data) ids): what :func:`stab_numbered` takes, numbered once
+    for several stabbing joins of the same tables.  ``None`` where the numpy path does not
+    apply (columns of inexact types, keys typed differently): :func:`stab` then."""
+    k = keys(nkeys)
+    if not tables:
+        return []
+    first = tables[0][0]
+    for table, data in tables:
+        if not all(exact_type(table.schema.field(c).type) for c in [*k, *data]):
+            return None
+        if any(table.schema.field(c).type != first.schema.field(c).type for c in k):
+            return None
+    t = times(width)
+    chosen = [table.select([*k, *data, *t, "_d"]) for table, data in tables]
+    sizes = [x.num_rows for x in chosen]
+    both = [pa.concat_arrays([x.column(c).combine_chunks() for x in chosen]) for c in k]
+    kid = ids(both, sum(sizes))
+    out = []
+    at = 0
+    for x, (_, data), n in zip(chosen, tables, sizes):
+        xk, x_kid, x_did = consolidated_by_key(x, kid[at:at + n], data, width)
+        at += n
+        out.append(xk.append_column("_kid", pa.array(x_kid, pa.int64())).append_column("_did", pa.array(x_did, pa.int64())))
+    return out
+
+
 def stab(
     P: pa.Table,
     Q: pa.Table,
@@ -259,9 +287,16 @@ def stab(
     ``_d``; it is consolidated when ``P`` rows are distinct (they are, after the internal
     consolidation) — rows are distinct per (P update, Q row).
     """
+    pk, qk = _numbered(P, Q, nkeys, p_data, q_data, width)
+    return stab_numbered(pk, qk, nkeys, width, strict=strict, out_data=out_data)
+
+
+def stab_numbered(pk: pa.Table, qk: pa.Table, nkeys: int, width: int, *, strict: bool,
+                  out_data: Sequence[str]) -> pa.Table:
+    """:func:`stab` of ``P`` and ``Q`` already consolidated and numbered (``pk`` with ``_kid``,
+    ``qk`` with ``_kid`` and ``_did``, the key ids shared: :func:`numbered`)."""
     k, t = keys(nkeys), times(width)
     out_cols = [*k, *out_data, *t, "_d"]
-    pk, qk = _numbered(P, Q, nkeys, p_data, q_data, width)
     if pk.num_rows == 0 or qk.num_rows == 0:
         return _empty(pk, qk, out_cols)
     n_p = pk.num_rows
@@ -274,7 +309,8 @@ def stab(
     # Q: segments of constant running count per (key, data), [start, next change)
     did = qk.column("_did").to_numpy()
     q_d = qk.column("_d").to_numpy()
-    order, count, start, end = segments(did, q_rank, q_d, open_end)
+    q_order = _dense_order(did, q_rank, nranks)
+    order, count, start, end = segments(did, q_rank, q_d, open_end, q_order)
     keep = count != 0
     seg_row, seg_count, seg_start, seg_end = order[keep], count[keep], start[keep], end[keep]
     seg_key = qk.column("_kid").to_numpy()[seg_row]
@@ -282,7 +318,9 @@ def stab(
     # P: points on the (key, time rank) axis
     p_key = pk.column("_kid").to_numpy()
     p_pos = p_key * R + p_rank
-    p_order = np.argsort(p_pos, kind="stable")
+    p_order = _dense_order(p_key, p_rank, nranks)
+    if p_order is None:
+        p_order = np.argsort(p_pos, kind="stable")
     axis = p_pos[p_order]
     side = "right" if strict else "left"
     lo = np.searchsorted(axis, seg_key * R + seg_start, side=side)
@@ -299,6 +337,19 @@ def stab(
         cols[c] = pk.column(c).take(p_rows)
     cols["_d"] = pa.array(pk.column("_d").to_numpy()[p_order[pos]] * seg_count[seg_of], pa.int64())
     return pa.table(cols)
+
+
+def _dense_order(ids_: np.ndarray, rank: np.ndarray, nranks: int) -> np.ndarray | None:
+    """Rows in ``(ids_, rank)`` order by counting (both dense ids), or ``None`` where a
+    comparison sort is the faster way."""
+    from .order import dense_order, worth_counting
+
+    if len(ids_) == 0:
+        return None
+    n_ids = int(ids_.max()) + 1
+    if not worth_counting(len(ids_), n_ids, nranks):
+        return None
+    return dense_order(ids_, n_ids, rank, nranks)
 
 
 def _empty(pk: pa.Table, qk: pa.Table, out_cols: Sequence[str]) -> pa.Table:

@@ -1,0 +1,49 @@
+"""Row orders of dense integer ids by counting, not comparing.
+
+Not about ``(data, time, diff)`` directly: the kernels number keys, (key, data)
+rows and times densely (``0 ≤ id < n``) and then need the rows in ``(key, time)``
+order.  With dense ids two stable counting passes (least significant column first)
+give that order in ``O(rows + ids)``, several times faster than a comparison sort of
+one packed int64 per row (``np.argsort``: ~70 ms for 10^6 rows against ~15 ms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _counting_pass(values: np.ndarray, n_values: int, rows: np.ndarray) -> np.ndarray:
+    """``rows`` reordered stably by ``values[rows]`` (each in ``0 .. n_values - 1``)."""
+    start = np.zeros(n_values + 1, np.int64)
+    for r in rows:
+        start[values[r] + 1] += 1
+    for v in range(n_values):
+        start[v + 1] += start[v]
+    out = np.empty(len(rows), np.int64)
+    for r in rows:
+        v = values[r]
+        out[start[v]] = r
+        start[v] += 1
+    return out
+
+
+def dense_order(major: np.ndarray, n_major: int, minor: np.ndarray, n_minor: int) -> np.ndarray:
+    """Indices sorting rows by ``(major, minor)`` (ids in ``0 .. n - 1``), equal rows in
+    their original order.
+
+    >>> dense_order(np.array([1, 0, 1, 0]), 2, np.array([0, 2, 0, 1]), 3).tolist()
+    [3, 1, 0, 2]
+    """
+    rows = np.arange(len(major), dtype=np.int64)
+    if len(rows) == 0:
+        return rows
+    by_minor = _counting_pass(np.ascontiguousarray(minor, dtype=np.int64), int(n_minor), rows)
+    return _counting_pass(np.ascontiguousarray(major, dtype=np.int64), int(n_major), by_minor)
+
+
+def worth_counting(n_rows: int, *n_ids: int) -> bool:
+    """Whether counting passes over ids of these ranges beat one comparison sort of
+    ``n_rows`` rows (the id ranges are not much larger than the rows)."""
+    return n_rows >= 1024 and all(n <= 4 * n_rows + 1024 for n in n_ids)

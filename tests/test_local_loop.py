@@ -1,0 +1,210 @@
+"""The in-task loop's own machinery: key-sorted traces, chunk groups and threads.
+
+``spark_differential.local_loop`` keeps each operator's trace in batches sorted by
+the operator's key (``native.key_sorted``), finds the rows an iteration touches by
+binary search (``KeySorted.touching``), and may run groups of time chunks on
+threads.  Each is checked against the slower form it replaces: ``native.consolidated``
+and ``native.touching`` (themselves checked against DuckDB in test_native.py) on
+random tables, and the oracle for whole loops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_differential import local_loop
+from spark_differential.kernels import native
+
+
+def rows(table: pa.Table) -> Counter:
+    return Counter(tuple(r.values()) for r in table.to_pylist())
+
+
+@st.composite
+def int_tables(draw: Any, wide: bool = False) -> pa.Table:
+    """Random integer/boolean tables with a diff column ``_d``; ``wide``: value ranges that
+    sometimes do not pack into one int64."""
+    n = draw(st.integers(0, 30))
+    ncols = draw(st.integers(1, 4))
+    cols: dict[str, pa.Array] = {}
+    for i in range(ncols):
+        kind = draw(st.sampled_from(["int", "int32", "bool"]))
+        if kind == "bool":
+            cols[f"c{i}"] = pa.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), pa.bool_())
+            continue
+        hi = (1 << (40 if kind == "int" else 30)) if wide and draw(st.booleans()) else 4
+        values = draw(st.lists(st.integers(-hi, hi), min_size=n, max_size=n))
+        cols[f"c{i}"] = pa.array(values, pa.int64() if kind == "int" else pa.int32())
+    cols["_d"] = pa.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), pa.int64())
+    return pa.table(cols)
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=int_tables(wide=True), data=st.data())
+def test_key_sorted_consolidates_and_sorts_by_key(table: pa.Table, data: st.DataObject) -> None:
+    names = [c for c in table.column_names if c != "_d"]
+    key = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+    got = native.key_sorted(table, key)
+    if got is None:  # only when the columns do not pack (or nothing to sort)
+        assert table.num_rows == 0 or native.Radix.of(
+            [np.asarray(table.column(c).to_numpy()).astype(np.int64) for c in names]) is None
+        return
+    assert got.table.column_names == table.column_names
+    assert rows(got.table) == rows(native.consolidated(table, names).select(table.column_names))
+    keys_ = [tuple(r[c] for c in key) for r in got.table.to_pylist()]
+    assert keys_ == sorted(keys_)
+    assert len(got.codes) == got.table.num_rows and bool(np.all(np.diff(got.codes) >= 0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=int_tables(), probe=int_tables(), data=st.data())
+def test_key_sorted_touching_equals_semi_join(table: pa.Table, probe: pa.Table, data: st.DataObject) -> None:
+    """Keys of the probe may fall outside the table's ranges, or match nothing."""
+    names = [c for c in table.column_names if c != "_d"]
+    key = data.draw(st.lists(st.sampled_from(names), unique=True, min_size=1, max_size=len(names)))
+    kept = native.key_sorted(table, key)
+    if kept is None:
+        return
+    # the probe's key columns: the table's types, values drawn independently
+    keys_ = pa.table({c: probe.column(c if c in probe.column_names else "_d").cast(table.schema.field(c).type,
+                                                                                   safe=False)
+                      for c in key})
+    expected = native.touching(kept.table, keys_, key)
+    assert rows(kept.touching(keys_)) == rows(expected)
+    distinct = native.distinct_keys(keys_, key)
+    assert distinct is not None
+    assert rows(kept.touching_distinct(distinct)) == rows(expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(table=int_tables(wide=True))
+def test_distinct_keys_are_the_distinct_rows_in_order(table: pa.Table) -> None:
+    """Packed or not (ranges too wide for one int64), the distinct rows, lexicographically."""
+    cols = [c for c in table.column_names if c != "_d"]
+    got = native.distinct_keys(table, cols)
+    assert got is not None
+    expected = sorted({tuple(int(x) for x in r) for r in zip(*[table.column(c).to_pylist() for c in cols])})
+    assert list(zip(*[v.tolist() for v in got])) == expected or (not expected and all(len(v) == 0 for v in got))
+
+
+def test_radix_marks_rows_outside_its_ranges() -> None:
+    radix = native.Radix.of([np.array([0, 3]), np.array([10, 11])])
+    assert radix == native.Radix((0, 10), (4, 2))
+    codes, inside = radix.codes([np.array([3, 4, -1, 0]), np.array([11, 10, 10, 12])])
+    assert inside is not None and inside.tolist() == [True, False, False, False]
+    assert codes[0] == 3 * 2 + 1
+    assert native.Radix.of([np.array([0, 1 << 40]), np.array([0, 1 << 40])]) is None
+
+
+def test_trace_touching_after_merges_equals_the_whole_trace() -> None:
+    """A trace fed many batches (merged size-tiered, kept key-sorted) gives the rows of the
+    touched keys of everything it was fed, consolidated."""
+    rng = np.random.default_rng(3)
+    schema = pa.schema([("_k0", pa.int64()), ("_a0", pa.int64()), ("_t0", pa.int64()), ("_d", pa.int64()),
+                        ("_new", pa.bool_())])
+    trace = local_loop._Trace(schema, ("_k0",))
+    fed = []
+    for size in [50, 20, 20, 5, 80, 1, 3, 40]:
+        batch = pa.table({"_k0": rng.integers(0, 12, size), "_a0": rng.integers(0, 3, size),
+                          "_t0": rng.integers(0, 5, size), "_d": rng.integers(-1, 2, size),
+                          "_new": np.ones(size, dtype=bool)}, schema=schema)
+        trace.add(batch)
+        fed.append(batch)
+        probe = pa.table({"_k0": rng.integers(-2, 14, 4)})
+        everything = pa.concat_tables(fed).drop(["_new"])
+        whole = native.consolidated(everything, ["_k0", "_a0", "_t0"])
+        expected = native.touching(whole, probe, ["_k0"])
+        got = trace.touching([probe])
+        assert got.schema == schema and not any(got.column("_new").to_pylist())
+        assert rows(native.consolidated(got.drop(["_new"]), ["_k0", "_a0", "_t0"])) == rows(expected)
+    assert len(trace.batches) < len(fed)
+
+
+def test_chunk_groups_cut_consecutive_chunks_of_about_equal_rows() -> None:
+    ch = local_loop.Chunking(t0=10, width=5, count=8)
+    times_ = np.array([10, 11, 15, 20, 20, 21, 30, 35, 40, 44, 44, 44, 44, 44])
+    a = pa.table({"x": np.arange(len(times_)), local_loop.leaves(1)[0]: times_})
+    b = pa.table({"x": [1, 2], local_loop.leaves(1)[0]: [12, 46]})
+    for n in (1, 2, 3, 20):
+        groups = local_loop._chunk_groups([a, b], ch, n)
+        assert 1 <= len(groups) <= max(1, min(n, ch.count))
+        for j, src in enumerate([a, b]):  # every row in exactly one group
+            assert sorted(x for g in groups for x in g[j].column("x").to_pylist()) == sorted(src.column("x").to_pylist())
+        spans = [sorted({(t - 10) // 5 for g_src in g for t in g_src.column(local_loop.leaves(1)[0]).to_pylist()}) for g in groups]
+        flat = [c for s in spans for c in s]
+        assert flat == sorted(flat) and len(flat) == len(set(flat))  # consecutive chunks, no chunk in two groups
+    two = local_loop._chunk_groups([a, b], ch, 2)
+    sizes = [sum(t.num_rows for t in g) for g in two]
+    assert len(two) == 2 and max(sizes) <= 10, sizes
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_bfs_in_time_chunks_on_threads(spark, caplog, threads: str) -> None:
+    """The in-task loop with its time chunks in groups on threads, against the oracle."""
+    from oracle import Total
+    from test_iterate import LOCAL_ROWS, check_random_bfs
+
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, "1000000")
+    spark.conf.set("spark_differential.iterate.chunkRows", "6")
+    spark.conf.set(local_loop.THREADS_CONF, threads)
+    try:
+        check_random_bfs(spark, Total(), 31, 8)
+    finally:
+        for key in (LOCAL_ROWS, "spark_differential.iterate.chunkRows", local_loop.THREADS_CONF):
+            spark.conf.unset(key)
+    ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
+    assert ran and all("time chunks" in m for m in ran), ran
+
+
+def test_threads_setting_must_be_positive(spark) -> None:
+    from spark_differential.errors import ConfigurationError
+
+    spark.conf.set(local_loop.THREADS_CONF, "0")
+    try:
+        with pytest.raises(ConfigurationError, match="localThreads"):
+            local_loop.threads_setting(spark)
+    finally:
+        spark.conf.unset(local_loop.THREADS_CONF)
+    assert local_loop.threads_setting(spark) == local_loop.DEFAULT_THREADS
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class _Session:
+    """What :func:`local_loop.rows_setting` reads of a session: its master and runtime conf."""
+
+    def __init__(self, master: str, conf: dict[str, str] | None = None) -> None:
+        self.sparkContext = type("SC", (), {"master": master})()
+        self.conf = _Conf(conf or {})
+
+
+def test_local_rows_default_depends_on_where_executors_run() -> None:
+    # executors on the driver's machine (no container memory limit): the larger default
+    assert local_loop.rows_setting(_Session("local[2]")) == local_loop.DEFAULT_ROWS_LOCAL
+    assert local_loop.rows_setting(_Session("local-cluster[2,1,1024]")) == local_loop.DEFAULT_ROWS_LOCAL
+    for master in ("yarn", "spark://host:7077", "k8s://https://api:443"):
+        assert local_loop.rows_setting(_Session(master)) == local_loop.DEFAULT_ROWS
+    assert local_loop.DEFAULT_ROWS < local_loop.DEFAULT_ROWS_LOCAL
+    # an explicit setting wins everywhere
+    assert local_loop.rows_setting(_Session("local[2]", {local_loop.CONF: "1234"})) == 1234
+    assert local_loop.rows_setting(_Session("yarn", {local_loop.CONF: "off"})) == 0
+
+
+def test_local_rows_default_on_the_test_session(spark: Any) -> None:
+    assert spark.conf.get(local_loop.CONF, None) is None  # the tests run with the library's default
+    assert local_loop.rows_setting(spark) == local_loop.DEFAULT_ROWS_LOCAL
