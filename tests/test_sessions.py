@@ -61,6 +61,14 @@ def updates(result: dict[str, Any]) -> list[tuple[tuple, Any, int]]:
     return [(tuple(d), t, r) for d, t, r in result["rows"]]
 
 
+def assert_oracle_rows(result: dict[str, Any], want: Any, label: str) -> None:
+    """The job's rows are the oracle's; a mismatch names the run (``label``)."""
+    try:
+        assert_updates_equal(updates(result), want.updates)
+    except AssertionError as e:
+        raise AssertionError(f"{label}: {e}") from None
+
+
 def changes(log: list[str]) -> list[int]:
     """The loop's changes per iteration, from its log lines (timings dropped)."""
     return [int(m.group(1)) for line in log if (m := re.search(r"iteration \d+: (\d+) changes", line))]
@@ -91,10 +99,7 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
         spark.conf.set(AQE, before)
     want = expected(job)
     for aqe, result in got.items():
-        try:
-            assert_updates_equal(updates(result), want.updates)
-        except AssertionError as e:
-            raise AssertionError(f"{AQE}={aqe}: {e}") from None
+        assert_oracle_rows(result, want, f"{AQE}={aqe}")
     assert got["true"]["rows"] == got["false"]["rows"]
     if job == "bfs":  # the distributed loop, iteration by iteration: the same changes per iteration
         assert changes(got["true"]["log"]) == changes(got["false"]["log"]) != []
@@ -107,10 +112,7 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
-            try:
-                assert_updates_equal(updates(result), want.updates)
-            except AssertionError as e:
-                raise AssertionError(f"{job} ({run}): {e}") from None
+            assert_oracle_rows(result, want, f"{job} ({run})")
             # the faults really happened (and only where asked for)
             assert (result["failed_attempts"] > 0) == (run == "faults"), (job, run, result["failed_attempts"])
         if "plain" in runs:
