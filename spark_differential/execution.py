@@ -377,7 +377,13 @@ def execute(
     out_columns: Sequence[tuple[str, str]],
     kernel_type: TimeType,
 ) -> DataFrame:
-    """Run a stateful operator: directly, or through the enclosing ``dd_iterate``."""
+    """Run a stateful operator: directly, through the enclosing ``dd_iterate``, or on an
+    incremental view's stored traces (:mod:`spark_differential.traces`)."""
+    from .traces import current
+
+    view = current()
+    if view is not None and view.takes(entries):
+        return view.stateful(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
     if any(e.in_loop for e in entries):
         from .iterate import stateful_in_loop
 

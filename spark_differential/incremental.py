@@ -62,13 +62,14 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import traces as _traces
 from ._history import recording
 from .collection import DIFF, TIME, inspect, time_leaf_names
 from .errors import (
@@ -79,9 +80,12 @@ from .errors import (
     TimeTypeMismatchError,
     from_job_failure,
 )
+from .execution import buckets, shuffle_partitions
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
+from .traces import Operator
 
-FORMAT = 2
+FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
+READS = (2, 3)
 MANIFESTS = "_manifests"
 KIND = "_sd_kind"  # the partition column of a version's one Parquet write: which stored collection a row belongs to
 _MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
@@ -327,6 +331,11 @@ class _State:
     input_files: dict[str, list[str]]
     emitted_files: list[str]
     compacted: bool = True
+    stage: int = 1
+    operators: tuple[Operator, ...] = ()
+    trace_files: dict[str, list[str]] = field(default_factory=dict)
+    pending_files: list[str] = field(default_factory=list)
+    buckets: tuple[int, int] = (0, 0)  # stage 2: (key buckets, partitions) the traces were bucketed with
 
     @property
     def output_file(self) -> str:
@@ -335,8 +344,8 @@ class _State:
 
     def referenced(self) -> set[str]:
         """The version directories this version's files live in."""
-        paths = [self.directory, *self.emitted_files]
-        for files in self.input_files.values():
+        paths = [self.directory, *self.emitted_files, *self.pending_files]
+        for files in [*self.input_files.values(), *self.trace_files.values()]:
             paths += files
         return {p.split("/", 1)[0] for p in paths}
 
@@ -356,10 +365,15 @@ class _State:
                 "inputs": {n: json.loads(s.json()) for n, s in self.inputs.items()},
                 "output": json.loads(self.output.json()),
                 "compacted": self.compacted,
+                "stage": self.stage,
+                "operators": [o.to_json() for o in self.operators],
+                "buckets": list(self.buckets),
                 "files": {
                     "inputs": self.input_files,
                     "emitted": self.emitted_files,
                     "output": self.output_file,
+                    "traces": self.trace_files,
+                    "pending": self.pending_files,
                 },
                 "committed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
             },
@@ -369,12 +383,14 @@ class _State:
     @classmethod
     def from_json(cls, text: str) -> _State:
         m = json.loads(text)
-        if m.get("format") != FORMAT:
+        if m.get("format") not in READS:
             raise IncrementalStateError(
-                f"sd.incremental: the state has format {m.get('format')!r}; this version reads format {FORMAT} "
-                "(format 1 stored each collection in its own Parquet directory). Rebuild the view at a new path "
-                "by replaying its inputs, or read it with the library version that wrote it."
+                f"sd.incremental: the state has format {m.get('format')!r}; this version reads formats "
+                f"{' and '.join(map(str, READS))} (format 1 stored each collection in its own Parquet directory). "
+                "Rebuild the view at a new path by replaying its inputs, or read it with the library version that "
+                "wrote it."
             )
+        files = m["files"]
         return cls(
             version=int(m["version"]),
             directory=str(m["directory"]),
@@ -383,9 +399,14 @@ class _State:
             batch_id=None if m["batch_id"] is None else int(m["batch_id"]),
             inputs={n: T.StructType.fromJson(s) for n, s in m["inputs"].items()},
             output=T.StructType.fromJson(m["output"]),
-            input_files={n: [str(p) for p in fs] for n, fs in m["files"]["inputs"].items()},
-            emitted_files=[str(p) for p in m["files"]["emitted"]],
+            input_files={n: [str(p) for p in fs] for n, fs in files["inputs"].items()},
+            emitted_files=[str(p) for p in files["emitted"]],
             compacted=bool(m.get("compacted", True)),
+            stage=int(m.get("stage", 1)),  # format 2: stage 1 only
+            operators=tuple(Operator.from_json(o) for o in m.get("operators", [])),
+            trace_files={t: [str(p) for p in fs] for t, fs in files.get("traces", {}).items()},
+            pending_files=[str(p) for p in files.get("pending", [])],
+            buckets=(int(m.get("buckets", [0, 0])[0]), int(m.get("buckets", [0, 0])[1])),
         )
 
 
@@ -398,6 +419,9 @@ class _Written:
     input_files: dict[str, list[str]]
     emitted_files: list[str]
     compacted: bool
+    trace_files: dict[str, list[str]] = field(default_factory=dict)
+    pending_files: list[str] = field(default_factory=list)
+    operators: tuple[Operator, ...] = ()
 
 
 def _part(directory: str, tag: str, write: str = "data") -> str:
@@ -442,6 +466,7 @@ class IncrementalView:
         keep: int = 2,
         compact: bool | None = None,
         compact_every: int = 8,
+        stage: int | None = None,
     ) -> None:
         if not callable(query):
             raise TypeError(f"sd.incremental: query must be a function of named collections, got {type(query).__name__}")
@@ -454,6 +479,11 @@ class IncrementalView:
         if compact_every < 1:
             raise ValueError("sd.incremental: compact_every must be at least 1")
         self.compact_every = compact_every
+        if stage not in (None, 1, 2):
+            raise ValueError(f"sd.incremental: stage must be 1, 2 or None (chosen from the query), got {stage!r}")
+        self.stage = stage
+        # stage 2: each stateful operator's kernel inputs of the last update (name, DataFrames), for inspection
+        self.last_kernel_inputs: list[tuple[str, list[DataFrame]]] = []
         self._files = _Files(spark, path)
         self.path = self._files.root
 
@@ -582,46 +612,30 @@ class IncrementalView:
         time_type = state.time_type if state is not None else schemas[names[0]][TIME].dataType
 
         # -- the new version ---------------------------------------------------------------
-        # Everything the version stores is written by ONE Spark write (partitioned by
-        # KIND): each input's new updates (a delta), what this update returns, and every
-        # `compact_every` updates the merged, compacted state.  The jobs of an update are
-        # then the shuffles of the query plus that write (Spark runs each shuffle stage as
-        # a job under adaptive execution), not a write and a read per stored collection.
         version = (state.version if state is not None else 0) + 1
         directory = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
-        base = self._files.join(directory)
-        self._files.mkdirs(base)
-
-        # each input is stored as a list of Parquet directories: the last compaction and the
-        # deltas staged since (any collection with the right accumulations in the future of
-        # the frontier will do); when there would be more than `compact_every` of them, the
-        # old ones are merged into one, advanced to the new frontier and consolidated
-        prefixes = {n: f"i{k}" for k, n in enumerate(names)}
-        old_files = {n: list(state.input_files[n]) if state is not None else [] for n in names}
-        staged: list[DataFrame] = []
-        for n in names:
-            if n in new:
-                cols = [f.name for f in schemas[n].fields]
-                df = new[n][2].select(*cols)
-                if old_front is not None and late == "error":
-                    df = _late_guard(op, n, df, ttype, old_front)
-                elif old_front is not None and late == "advance":
-                    df = lift(df, ttype, old_front).select(*cols)
-                staged.append(_tagged(df, prefixes[n], prefixes[n], schemas[n]))
+        if state is None:
+            stage, nbuckets, operators = self._stage(op, schemas, ttype)
+        else:
+            stage, nbuckets, operators = state.stage, state.buckets, state.operators
+            if self.stage is not None and self.stage != stage:
+                raise IncrementalStateError(
+                    f"{op}: stage={self.stage} was asked but the view stored under {self.path} runs in stage {stage} "
+                    "(fixed when it was created); leave stage unset, or rebuild the view at a new path"
+                )
+        self._files.mkdirs(self._files.join(directory))
+        incoming = {
+            n: _incoming(op, n, new[n][2].select(*[f.name for f in schemas[n].fields]), ttype, old_front, late)
+            for n in names
+            if n in new
+        }
         try:
-            # the new updates of every input in one write (one job): the query and later
-            # updates read them from there, so each input is evaluated exactly once
-            fresh: dict[str, str] = {}
-            if staged:
-                wide = staged[0]
-                for part in staged[1:]:
-                    wide = wide.unionByName(part, allowMissingColumns=True)
-                wide.write.partitionBy(KIND).parquet(self._files.join(directory, "new"))
-                present = set(self._files.listdir(self._files.join(directory, "new")))
-                fresh = {n: _part(directory, prefixes[n], "new") for n in new if f"{KIND}={prefixes[n]}" in present}
-            written = self._write_version(
-                op, state, schemas, prefixes, old_files, fresh, ttype, old_front, new_front, directory
-            )
+            if stage == 2:
+                written = self._write_stage2(
+                    op, state, schemas, incoming, ttype, nbuckets, operators, new_front, directory
+                )
+            else:
+                written = self._write_stage1(op, state, schemas, incoming, ttype, old_front, new_front, directory)
         except SparkDifferentialError:
             raise
         except Exception as exc:  # e.g. a late update caught by the guard
@@ -640,6 +654,11 @@ class IncrementalView:
             input_files=written.input_files,
             emitted_files=written.emitted_files,
             compacted=written.compacted,
+            stage=stage,
+            operators=written.operators,
+            trace_files=written.trace_files,
+            pending_files=written.pending_files,
+            buckets=nbuckets,
         )
         output = self._read([committed.output_file] if written.output_exists else [], committed.output, "o")
         _hook("before-manifest")
@@ -649,6 +668,145 @@ class IncrementalView:
         _hook("after-manifest")
         self._clean_up()
         return output
+
+    def _write_tagged(self, subdir: str, parts: Sequence[tuple[str, DataFrame, T.StructType]]) -> dict[str, str]:
+        """Store collections in one Parquet write partitioned by tag, under ``subdir`` (relative to the root).
+
+        Returns the stored directory of each tag that had rows (no rows: no directory)."""
+        if not parts:
+            return {}
+        wide: DataFrame | None = None
+        for t, df, schema in parts:
+            one = _tagged(df, t, t, schema)
+            wide = one if wide is None else wide.unionByName(one, allowMissingColumns=True)
+        assert wide is not None
+        wide.write.partitionBy(KIND).parquet(self._files.join(subdir))
+        present = set(self._files.listdir(self._files.join(subdir)))
+        return {t: f"{subdir}/{KIND}={t}" for t, _, _ in parts if f"{KIND}={t}" in present}
+
+    def _stage(
+        self, op: str, schemas: Mapping[str, T.StructType], ttype: TimeType
+    ) -> tuple[int, tuple[int, int], tuple[Operator, ...]]:
+        """The stage a new view runs in and, for stage 2, the key buckets of its traces and its stateful operators.
+
+        The query is called once on empty inputs (stateful operators return empty
+        collections without running; a ``dd_iterate`` runs on empty inputs) to see
+        what it uses: stage 2 needs no history-dependent operator, no ``dd_iterate``
+        and every stateful operator over the inputs' time type."""
+        if self.stage == 1 or self.compact is False:
+            return 1, (0, 0), ()
+        nparts = shuffle_partitions(self.spark)
+        probe = _traces.Run(self.spark, ttype, buckets(self.spark), nparts, probe=True)
+        empty = {n: self.spark.createDataFrame([], schema) for n, schema in schemas.items()}
+        with recording() as history_ops, _traces.running(probe):
+            self.query(**empty)
+        blockers = sorted(history_ops) + probe.blockers
+        if not blockers:
+            return 2, (probe.nbuckets, nparts), tuple(probe.operators)
+        why = f"the query uses {', '.join(blockers)}, which stage 2 (per-operator traces) cannot keep differential"
+        if self.stage == 2:
+            raise IncrementalStateError(f"{op}: stage=2 was asked but {why}; leave stage unset (or pass stage=1)")
+        _log.warning("%s: %s; the view under %s runs in stage 1 (the query re-runs on the stored inputs)", op, why,
+                     self.path)
+        return 1, (0, 0), ()
+
+    def _write_stage2(
+        self,
+        op: str,
+        state: _State | None,
+        schemas: Mapping[str, T.StructType],
+        incoming: Mapping[str, DataFrame],
+        ttype: TimeType,
+        nbuckets: tuple[int, int],
+        operators: Sequence[Operator],
+        new_front: list[Leaves],
+        directory: str,
+    ) -> _Written:
+        """Stage 2: run the query on the new updates against the stored traces (:mod:`spark_differential.traces`).
+
+        Each stateful operator writes its new input updates (one write each, under
+        ``directory/s<i>``); then one more write stores what the update returns
+        (``o``), the output changes at times still in the future of ``upto``
+        (``p``, returned by a later update) and, every ``compact_every`` updates,
+        each trace's older files merged, advanced to ``upto`` and consolidated."""
+        names = list(schemas)
+        changes = {n: incoming.get(n, self.spark.createDataFrame([], schemas[n])) for n in names}
+        old_traces = dict(state.trace_files) if state is not None else {}
+        run = _traces.Run(
+            self.spark, ttype, nbuckets[0], nbuckets[1],
+            expected=operators,
+            traces=old_traces, write=lambda sub, parts: self._write_tagged(f"{directory}/{sub}", parts),
+            read=self._read, where=self.path,
+        )
+        with recording() as history_ops, _traces.running(run):
+            result = self.query(**changes)
+        run.finished()
+        if history_ops:
+            raise IncrementalStateError(
+                f"{op}: the query uses {', '.join(sorted(history_ops))} but the view stored under {self.path} runs in "
+                "stage 2, which cannot keep it differential; the query must stay the same from update to update. "
+                "Rebuild the view at a new path by replaying its inputs."
+            )
+        self.last_kernel_inputs = run.kernel_inputs
+        out_schema = self._check_output(op, result, ttype, state)
+        cols = [f.name for f in out_schema.fields]
+        result = result.select(*cols)
+        if state is not None and state.pending_files:
+            result = result.unionByName(self._read(state.pending_files, out_schema, "o"))
+        ready = _consolidate(result)
+        physical = _physical("o", out_schema)
+        kind = F.when(in_future(ready, ttype, new_front), F.lit("p")).otherwise(F.lit("o"))
+        wide = ready.select(kind.alias(KIND), *[F.col(f.name).alias(c) for f, c in zip(out_schema.fields, physical)])
+        traces: dict[str, list[str]] = {}
+        for slot, operator in enumerate(run.operators):
+            for side, schema in enumerate(operator.inputs):
+                t = _traces.tag(slot, side)
+                files = list(old_traces.get(t, []))
+                more = 1 if t in run.added else 0
+                if files and len(files) + more > self.compact_every:
+                    merged = _traces.advanced(self._read(files, schema, t), ttype, new_front)
+                    wide = wide.unionByName(_tagged(merged, f"{t}c", t, schema), allowMissingColumns=True)
+                    files = [_part(directory, f"{t}c")]
+                if more:
+                    files.append(run.added[t])
+                traces[t] = files
+        wide.write.partitionBy(KIND).parquet(self._files.join(directory, "data"))
+        present = {f"{directory}/data/{name}" for name in self._files.listdir(self._files.join(directory, "data"))}
+        return _Written(
+            output=out_schema,
+            output_exists=_part(directory, "o") in present,
+            input_files={},
+            emitted_files=[],
+            compacted=True,
+            trace_files={t: [f for f in fs if not f.startswith(f"{directory}/data/") or f in present]
+                         for t, fs in traces.items()},
+            pending_files=[p for p in [_part(directory, "p")] if p in present],
+            operators=tuple(run.operators),
+        )
+
+    def _write_stage1(
+        self,
+        op: str,
+        state: _State | None,
+        schemas: Mapping[str, T.StructType],
+        incoming: Mapping[str, DataFrame],
+        ttype: TimeType,
+        old_front: list[Leaves] | None,
+        new_front: list[Leaves],
+        directory: str,
+    ) -> _Written:
+        """Stage 1: stage the new updates of every input (one write), then re-run the query on the stored inputs.
+
+        The new updates of every input go into one write (one job): the query and later
+        updates read them from there, so each input is evaluated exactly once."""
+        names = list(schemas)
+        prefixes = {n: f"i{k}" for k, n in enumerate(names)}
+        old_files = {n: list(state.input_files[n]) if state is not None else [] for n in names}
+        written = self._write_tagged(
+            f"{directory}/new", [(prefixes[n], df, schemas[n]) for n, df in incoming.items()]
+        )
+        fresh = {n: written[prefixes[n]] for n in incoming if prefixes[n] in written}
+        return self._write_version(op, state, schemas, prefixes, old_files, fresh, ttype, old_front, new_front, directory)
 
     def _write_version(
         self,
@@ -929,6 +1087,18 @@ def _late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[
     return df.withColumn(TIME, guarded)
 
 
+def _incoming(
+    op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves] | None, late: str
+) -> DataFrame:
+    """New updates of input ``name`` as the view takes them: checked against (or lifted into the
+    future of) the frontier ``front``."""
+    if front is None:
+        return df
+    if late == "error":
+        return _late_guard(op, name, df, ttype, front)
+    return lift(df, ttype, front).select(*df.columns)
+
+
 def _consolidate(df: DataFrame) -> DataFrame:
     data = [c for c in df.columns if c not in (TIME, DIFF)]
     return (
@@ -980,6 +1150,7 @@ def incremental(
     keep: int = 2,
     compact: bool | None = None,
     compact_every: int = 8,
+    stage: int | None = None,
 ) -> IncrementalView:
     """A view of ``query`` kept up to date from state stored under ``path``.
 
@@ -1022,7 +1193,7 @@ def incremental(
         raise TypeError(f"sd.incremental: path must be a non-empty string, got {path!r}")
     if spark is None:
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    return IncrementalView(spark, path, query, keep=keep, compact=compact, compact_every=compact_every)
+    return IncrementalView(spark, path, query, keep=keep, compact=compact, compact_every=compact_every, stage=stage)
 
 
 __all__ = ["IncrementalView", "incremental", "lift", "lift_updates", "upset_coefficients"]

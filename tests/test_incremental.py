@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -238,35 +239,58 @@ def test_update_rule_is_exact_pure_python(name: str, seed: int) -> None:
 # -- Spark: the view against the oracle -----------------------------------------------------
 
 
-def run_view(spark: Any, path: str, query: Callable[..., DataFrame], inputs: dict[str, Coll], steps: list, lat: Any) -> list:
+def run_view(
+    spark: Any, path: str, query: Callable[..., DataFrame], inputs: dict[str, Coll], steps: list, lat: Any,
+    stage: int | None = None,
+) -> list:
     """Every update through a fresh view object (so each resumes from the stored manifest).
 
-    ``compact_every=2``: the stored inputs and output are merged and compacted every other
-    update, so both the deltas and the merged state are read by later updates."""
+    ``compact_every=2``: the stored inputs (stage 1) or traces (stage 2) and output are
+    merged and compacted every other update, so both the deltas and the merged state are
+    read by later updates.  Each update has a batch id and is then repeated with it (as
+    ``foreachBatch`` may): the repeat returns the same rows and changes nothing."""
     got: list = []
     for i, (upto, new) in enumerate(steps):
-        view = sd.incremental(path, query, compact_every=2)
+        view = sd.incremental(path, query, compact_every=2, stage=stage)
         dfs = {n: sdf(spark, Coll(inputs[n].cols, ups), lat) for n, ups in new.items() if ups or i == 0}
-        out = view.update(upto=upto[0] if isinstance(lat, Total) else upto, **dfs)
+        out = view.update(upto=upto[0] if isinstance(lat, Total) else upto, batch_id=i, **dfs)
         rows = rows_of(out)
         assert is_consolidated(rows)
         assert all(not in_future(lat, upto, t) for _, t, _ in rows)
         if i > 0:
             assert all(in_future(lat, steps[i - 1][0], t) for _, t, _ in rows)
         got += rows
+        again = sd.incremental(path, query, compact_every=2).update(upto=upto[0] if isinstance(lat, Total) else upto,
+                                                                    batch_id=i, **dfs)
+        assert sorted(rows_of(again)) == sorted(rows)
         front = sd.incremental(path, query).frontier
         assert front == (upto[0] if isinstance(lat, Total) else sorted(upto))
     return got
 
 
-@pytest.mark.parametrize("name", ["int", "product2"])
-def test_joins_and_reductions_in_successive_updates(spark, tmp_path, name: str) -> None:
+def stage_of(path: Any) -> int:
+    """The stage the view stored under ``path`` runs in (its newest manifest says)."""
+    manifest = sorted((Path(path) / "_manifests").glob("v*.json"))[-1]
+    return int(json.loads(manifest.read_text())["stage"])
+
+
+@pytest.mark.parametrize("name,stage", [("int", 2), ("product2", 2), ("int", 1)])
+def test_joins_and_reductions_in_successive_updates(spark, tmp_path, name: str, stage: int) -> None:
+    """Every join and reduction in one view, random inputs split at random into updates.
+
+    Stage 2 (chosen for this query) keeps each operator's traces; stage 1 (asked for)
+    re-runs the query on the stored inputs.  Both against the oracle, and the one-shot run."""
     lat = LAT[name]
-    inputs = random_inputs(7 + len(name), lat, 12, 7, 4)
+    inputs = random_inputs(7 + len(name) + stage, lat, 12, 7, 4)
     # each update runs eight operators: three updates with integer times, two with product times
-    steps = schedule(random.Random(len(name)), lat, inputs, 3 if name == "int" else 2, 5)
-    got = run_view(spark, str(tmp_path / "view"), many, inputs, steps, lat)
-    assert_updates_equal(consolidate(got), expected(ref_many(lat), inputs, steps[-1][0], lat))
+    steps = schedule(random.Random(len(name) + stage), lat, inputs, 3 if name == "int" else 2, 5)
+    path = tmp_path / "view"
+    got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1)
+    assert stage_of(path) == stage
+    want = expected(ref_many(lat), inputs, steps[-1][0], lat)
+    assert_updates_equal(consolidate(got), want)
+    one_shot = rows_of(many(sdf(spark, inputs["a"], lat), sdf(spark, inputs["b"], lat)))
+    assert_updates_equal(consolidate(got), [u for u in one_shot if not in_future(lat, steps[-1][0], u[1])])
 
 
 def test_asof_join_in_successive_updates(spark, tmp_path) -> None:
@@ -294,6 +318,7 @@ def test_asof_join_in_successive_updates(spark, tmp_path) -> None:
     # an as-of join reads its orders' changes, not their accumulation: the view keeps the full history
     manifest = sorted((path / "_manifests").glob("v*.json"))[-1]
     assert json.loads(manifest.read_text())["compacted"] is False
+    assert stage_of(path) == 1
     with pytest.raises(IncrementalStateError, match="uses dd_asof_join.*compact=False"):
         sd.incremental(str(tmp_path / "strict"), lambda orders, prices: orders.dd_asof_join(prices, on="item"), compact=True).update(
             upto=1, orders=sdf(spark, inputs["orders"], lat), prices=sdf(spark, inputs["prices"], lat)
@@ -327,6 +352,7 @@ def test_bfs_with_dd_iterate_over_a_changing_graph(spark, tmp_path) -> None:
         return ref_bfs(Coll(("src", "dst"), consolidate(c["edges"].updates)), c["roots"], lat)
 
     got = run_view(spark, str(tmp_path / "bfs"), bfs_view, inputs, steps, lat)
+    assert stage_of(tmp_path / "bfs") == 1  # dd_iterate: the query re-runs on the stored inputs
     want = expected(ref, inputs, steps[-1][0], lat)
     assert want, "the graph should give some distances"
     assert_updates_equal(consolidate(got), want)
@@ -356,14 +382,22 @@ def test_repeated_batch_id_changes_nothing(spark, tmp_path) -> None:
     assert view.frontier == 3 and view.batch_id == 1
 
 
-def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path) -> None:
+@pytest.mark.parametrize("stage", [1, 2])
+def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) -> None:
     """Counts, not timings: the Spark jobs of one update of ``orders ⋈ customers``, count per region.
 
-    One write stages the new updates of both inputs; then the query's two shuffles (the
-    join's, the count's), one shuffle subtracting the output already returned, and one
-    write storing what the update returns: 5 jobs (stage 1 first ran 6, and 12 when
-    merging state).  Merging the state (here every third update) adds one shuffle per
-    merged collection: both inputs and the output returned so far, 8 jobs.
+    Stage 1: one write stages the new updates of both inputs; then the query's two
+    shuffles (the join's, the count's), one shuffle subtracting the output already
+    returned, and one write storing what the update returns: 5 jobs (stage 1 first ran
+    6, and 12 when merging state).  Merging the state (here every third update) adds one
+    shuffle per merged collection: both inputs and the output returned so far, 8 jobs.
+
+    Stage 2: one write stores the join's new input updates; per operator, one job
+    broadcasts the keys they touch (to pick those keys' trace rows) and one shuffles new
+    and trace rows by key bucket for the kernel; the join's output (the count's new
+    input) is one more write; then one shuffle consolidates the output and one write
+    stores it: 8 jobs.  Merging (every third update) adds one shuffle per trace (the
+    join's two, the count's one): 11 jobs.
     """
     from spark_differential._jobs import count_jobs
 
@@ -374,7 +408,7 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path) -> None:
     rng = random.Random(3)
     orders = [(j, rng.randrange(6), 0, 1) for j in range(20)]
     customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
-    view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3)
+    view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3, stage=stage)
     jobs, got = [], []
     for i in range(5):
         if i > 0:  # an order moves to another customer, a customer to another region
@@ -396,7 +430,8 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path) -> None:
     want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
     assert want and sorted(consolidate(got)) == sorted(want)
     # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
-    assert jobs == [5, 5, 5, 8, 5], jobs
+    assert stage_of(tmp_path / "v") == stage
+    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 11, 8]), jobs
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
@@ -468,7 +503,8 @@ def test_old_versions_are_cleaned_up(spark, tmp_path, every: int) -> None:
     named = set()
     for m in manifests:
         files = json.loads((path / "_manifests" / m).read_text())["files"]
-        named |= {p.split("/")[0][:9] for p in [files["output"], *files["emitted"], *files["inputs"]["a"]]}
+        stored = [*files["inputs"].get("a", []), *[p for fs in files["traces"].values() for p in fs], *files["pending"]]
+        named |= {p.split("/")[0][:9] for p in [files["output"], *files["emitted"], *stored]}
     assert dirs == sorted(named)
     # compact_every=1 merges at every update; with 3, version 3 still names the deltas of versions 1-3
     assert dirs == (["v00000003", "v00000004"] if every == 1 else ["v00000001", "v00000002", "v00000003", "v00000004"])
@@ -481,7 +517,7 @@ def test_state_of_another_format_is_a_named_error(spark, tmp_path) -> None:
     path = tmp_path / "v"
     (path / "_manifests").mkdir(parents=True)
     (path / "_manifests" / "v00000001.json").write_text(json.dumps({"format": 1, "version": 1}))
-    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads format 2.*Rebuild the view"):
+    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads formats 2 and 3.*Rebuild the view"):
         _ = sd.incremental(str(path), counts).frontier
 
 
@@ -490,8 +526,8 @@ import json, sys
 import spark_differential as sd
 from pyspark.sql import functions as F
 spark = sd.session(master="local[1]", conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
-path, out = sys.argv[1], sys.argv[2]
-view = sd.incremental(path, lambda a: a.dd_count(by="k"))
+path, out, stage = sys.argv[1], sys.argv[2], int(sys.argv[3])
+view = sd.incremental(path, lambda a: a.dd_count(by="k"), stage=stage)
 rows = [(k, x, t, 1) for k, x, t in [(1, 1, 0), (1, 2, 1), (2, 1, 2)]]
 got = view.update(upto=2, a=spark.createDataFrame(rows, "k long, x long, time long, diff long"))
 json.dump([[list(r[:-2]), r[-2], r[-1]] for r in got.collect()], open(out, "w"))
@@ -503,17 +539,19 @@ print("not killed")
 """
 
 
-def test_update_killed_before_its_manifest_then_resumed(spark, tmp_path) -> None:
+@pytest.mark.parametrize("stage", [1, 2])
+def test_update_killed_before_its_manifest_then_resumed(spark, tmp_path, stage: int) -> None:
     path, out = str(tmp_path / "v"), str(tmp_path / "first.json")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop(KILL_ENV, None)
-    proc = subprocess.run([sys.executable, "-c", KILLED, path, out], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", KILLED, path, out, str(stage)], env=env, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 77, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "not killed" not in proc.stdout
     assert len([d for d in os.listdir(path) if d.startswith("v")]) == 2  # the killed update's files, no manifest
     first = [(tuple(d), t, r) for d, t, r in json.load(open(out))]
     view = sd.incremental(path, lambda a: a.dd_count(by="k"))
-    assert view.frontier == 2
+    assert view.frontier == 2 and stage_of(path) == stage
     more = spark.createDataFrame([(3, 1, 3, 1), (1, 9, 4, 1)], SCHEMA)
     second = rows_of(view.update(upto=5, a=more))
     assert len([d for d in os.listdir(path) if d.startswith("v")]) == 2  # the leftover is cleaned up
@@ -558,3 +596,90 @@ def test_foreach_batch_replay_hands_the_same_output_again(spark, tmp_path) -> No
     first = [((1, 1), 0, 1), ((1, 1), 1, -1), ((1, 2), 1, 1)]
     assert seen == [(0, first), (0, first), (1, [((2, 1), 3, 1)])]
     assert view.frontier == 4 and view.batch_id == 1
+
+
+# -- stage 2: per-operator traces ------------------------------------------------------------
+
+
+def test_stage2_work_follows_the_size_of_the_changes(spark, tmp_path) -> None:
+    """Counts, not timings: a 10-change update over a large state hands its kernels the new
+    updates and the trace rows of the keys they touch, a small fraction of the state."""
+    path = str(tmp_path / "v")
+    q = lambda orders, customers: orders.dd_join(customers, on="cid").select("region", "time", "diff").dd_count(  # noqa: E731
+        by="region")
+    n_orders, n_customers = 20_000, 2_000
+    orders = spark.range(n_orders).select(F.col("id").alias("oid"), (F.col("id") % n_customers).alias("cid"),
+                                          F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    customers = spark.range(n_customers).select(F.col("id").alias("cid"), (F.col("id") % 500).cast("string").alias(
+        "region"), F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    view = sd.incremental(path, q)
+    view.update(upto=1, orders=orders, customers=customers)
+    assert stage_of(path) == 2
+    rng = random.Random(4)
+    moved = rng.sample(range(n_orders), 5)  # five orders move to another customer: 10 changes
+    change = [(o, o % n_customers, 1, -1) for o in moved] + [(o, (o + 7) % n_customers, 1, 1) for o in moved]
+    o_schema = "oid long, cid long, time long, diff long"
+    out = rows_of(view.update(upto=2, orders=spark.createDataFrame(change, o_schema)))
+    handed = {op: [side.count() for side in sides] for op, sides in view.last_kernel_inputs}
+    state = n_orders + n_customers  # the join's traces; the count's trace holds its 20,000 joined rows
+    # the new orders and the other orders of the customers they touch; those customers
+    assert handed["dd_join"][0] <= 10 + 10 * (n_orders // n_customers) and handed["dd_join"][1] <= 10, handed
+    assert handed["dd_count"][0] <= 10 + 10 * (n_orders // 500), handed  # new joined rows; the touched regions' rows
+    assert sum(handed["dd_join"]) + handed["dd_count"][0] < 0.1 * state
+    # against the one-shot run
+    all_orders = orders.unionByName(spark.createDataFrame(change, o_schema))
+    want = rows_of(q(all_orders, customers))
+    assert_updates_equal(consolidate(out), [u for u in want if u[1] == 1])
+
+
+def test_stage2_pending_output_is_returned_when_its_time_completes(spark, tmp_path) -> None:
+    """Updates may arrive before their time is complete: their output waits in the view."""
+    path = str(tmp_path / "v")
+    view = sd.incremental(path, counts)
+    early = spark.createDataFrame([(1, 1, 0, 1), (1, 2, 5, 1), (2, 1, 7, 1)], SCHEMA)
+    assert sorted(rows_of(view.update(upto=3, a=early))) == [((1, 1), 0, 1)]
+    assert stage_of(path) == 2
+    assert sorted(rows_of(view.update(upto=6, a=spark.createDataFrame([], SCHEMA)))) == [((1, 1), 5, -1), ((1, 2), 5, 1)]
+    resumed = sd.incremental(path, counts)
+    assert sorted(rows_of(resumed.update(upto=9, a=spark.createDataFrame([(2, 2, 8, 1)], SCHEMA)))) == [
+        ((2, 1), 7, 1), ((2, 1), 8, -1), ((2, 2), 8, 1)]
+
+
+def test_stage2_refuses_a_query_whose_operators_changed(spark, tmp_path) -> None:
+    path = str(tmp_path / "v")
+    a = spark.createDataFrame([(1, 1, 0, 1)], SCHEMA)
+    sd.incremental(path, counts).update(upto=1, a=a)
+    with pytest.raises(IncrementalStateError, match=r"operator #1 is dd_sum.*built with dd_count.*Rebuild the view"):
+        sd.incremental(path, lambda a: a.dd_sum(by="k", col="x")).update(upto=2, a=a.withColumn("time", F.lit(1).cast("long")))
+    with pytest.raises(IncrementalStateError, match=r"stateful operator #2.*built by a query with 1.*Rebuild"):
+        sd.incremental(path, lambda a: counts(a).dd_distinct()).update(upto=2, a=a.withColumn("time", F.lit(1).cast("long")))
+    with pytest.raises(IncrementalStateError, match=r"runs in stage 2"):
+        sd.incremental(path, counts, stage=1).update(upto=2, a=a.withColumn("time", F.lit(1).cast("long")))
+    with pytest.raises(IncrementalStateError, match=r"stage=2 was asked but the query uses dd_iterate"):
+        sd.incremental(str(tmp_path / "w"), bfs_view, stage=2).update(
+            upto=1, roots=spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long"),
+            edges=spark.createDataFrame([(0, 1, 0, 1)], "src long, dst long, time long, diff long"))
+    assert sd.incremental(path, counts).frontier == 1
+
+
+@pytest.mark.connect
+def test_stage2_view_on_the_session(spark, tmp_path) -> None:
+    """A join + reductions view in stage 2 on the test session (also a Spark Connect one), against the oracle."""
+    lat = Total()
+    inputs = random_inputs(31, lat, 4, 6, 4)
+    steps = schedule(random.Random(31), lat, inputs, 3, 5)
+
+    def q(a: DataFrame, b: DataFrame) -> DataFrame:
+        return a.dd_join(b, on=list(ON)).select("case", "time", "diff").dd_count(by="case").dd_concat(
+            a.dd_distinct().dd_max(by="case", col="x").withColumnRenamed("x", "count"))
+
+    def ref(c: dict[str, Coll]) -> Coll:
+        j = ref_join(c["a"], c["b"], ON, lat)
+        counted = ref_count(Coll(("case",), [((d[0],), t, r) for d, t, r in j.updates]), ("case",), lat)
+        top = ref_max(ref_distinct(c["a"], lat), ("case",), "x", lat)
+        return Coll(("case", "count"), consolidate(counted.updates + top.updates))
+
+    path = tmp_path / "view"
+    got = run_view(spark, str(path), q, inputs, steps, lat)
+    assert stage_of(path) == 2
+    assert_updates_equal(consolidate(got), expected(ref, inputs, steps[-1][0], lat))

@@ -1,0 +1,233 @@
+"""Per-operator traces of an incremental view (stage 2 of :mod:`spark_differential.incremental`).
+
+On ``(data, time, diff)``: a view in stage 2 calls its query on the **new updates
+only** (changes in, changes out: linear steps map changes to changes).  Every
+stateful operator the query calls (``dd_join``, ``dd_semijoin``, ``dd_antijoin``
+and the reductions: everything that runs a kernel through
+:func:`spark_differential.execution.execute`) is intercepted here and identified
+by its position in the query's calls, its name and the schemas of its inputs in
+kernel form.  Each of its inputs has a **trace**: every update the input ever
+received, in kernel form (bucket, key hash, keys, data, time leaves, ``_d``), as
+Parquet files under the view's path (the last merge, advanced to the frontier of
+that moment with ``advance(t, F)`` and consolidated, plus one file per update
+since).  An update of the operator
+
+1. writes the prepared new updates of its inputs (one Parquet write: they are then
+   evaluated once, read by the kernel, and become the traces' newest files),
+2. hands its kernel the new updates (``_new`` true) plus the trace rows of the keys
+   they touch (``_new`` false; a hash semi-join by bucket and key hash), as
+   ``dd_iterate`` does between iterations, and returns what the kernel returns:
+   ``F(trace + new) - F(trace)``.
+
+Why it is exact.  After ``advance(t, F)`` a trace accumulates to the input's true
+history at every time in the future of the view's frontier ``F`` (seed 004); the
+new updates are all in the future of ``F``; so the kernel's output differences
+accumulate to the true ones at every time in the future of ``F``, and to zero at
+every other time (there the new updates accumulate to nothing).  The times not in
+the future of ``F`` are a down-set, so the consolidated output has no update there.
+The operator's output changes are thus exactly the changes of its output in the
+future of ``F``, which is what the next operator's trace needs.
+
+A query whose output depends on history (``differentiate``, ``dd_delay``,
+``dd_asof_join``), a ``dd_iterate``, or an operator working over another time type
+than the view's inputs cannot be kept this way: :func:`probe` finds that out on
+empty inputs and the view then runs in stage 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .errors import IncrementalStateError
+from .execution import (
+    BUCKET,
+    KEY_HASH,
+    Input,
+    finish,
+    prepare,
+    run_pair_per_partition,
+    run_per_partition,
+    time_fields,
+)
+from .kernels.common import NEW, D, times
+from .lattice import Leaves, TimeType
+from .scope import Entry
+
+_RUN: ContextVar[Run | None] = ContextVar("spark_differential_view_run", default=None)
+
+# write(subdirectory, [(tag, prepared rows, their schema)]) -> the files written, by tag (absent: no rows)
+Write = Callable[[str, Sequence[tuple[str, DataFrame, T.StructType]]], dict[str, str]]
+# read(files, schema, tag) -> one stored collection
+Read = Callable[[Sequence[str], T.StructType, str], DataFrame]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One stateful operator of a view's query: its name and its inputs' schemas in kernel form."""
+
+    op: str
+    inputs: tuple[T.StructType, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": [s.jsonValue() for s in self.inputs]}
+
+    @classmethod
+    def from_json(cls, m: dict[str, Any]) -> Operator:
+        return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]))
+
+    def describe(self) -> str:
+        cols = " / ".join(", ".join(f.name for f in s.fields if f.name not in (BUCKET, KEY_HASH)) for s in self.inputs)
+        return f"{self.op}({cols})"
+
+
+def tag(slot: int, side: int) -> str:
+    """The name of operator ``slot``'s trace of input ``side`` in the stored files."""
+    return f"s{slot}_{side}"
+
+
+def current() -> Run | None:
+    """The view update (or probe) running the query now, if any."""
+    return _RUN.get()
+
+
+@contextmanager
+def running(run: Run) -> Iterator[Run]:
+    """Route the stateful operators the block calls through ``run``."""
+    token = _RUN.set(run)
+    try:
+        yield run
+    finally:
+        _RUN.reset(token)
+
+
+@dataclass
+class Run:
+    """One call of a view's query in stage 2 (or a probe of it on empty inputs).
+
+    ``probe``: nothing runs; each stateful operator returns an empty collection and
+    is recorded, with the reasons the query cannot run in stage 2 (``blockers``).
+    Otherwise each operator runs as the module docstring says, against
+    ``expected`` (the operators stored with the view), reading its traces from
+    ``traces`` (files by :func:`tag`) and adding its new files to ``added``.
+    """
+
+    spark: SparkSession
+    ttype: TimeType
+    nbuckets: int
+    nparts: int
+    probe: bool = False
+    expected: Sequence[Operator] = ()
+    traces: dict[str, list[str]] = field(default_factory=dict)
+    write: Write | None = None
+    read: Read | None = None
+    where: str = "the view"  # for messages: the view's path
+    operators: list[Operator] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+    added: dict[str, str] = field(default_factory=dict)
+    kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
+
+    def takes(self, entries: Sequence[Entry]) -> bool:
+        """Whether this run handles an operator with these inputs (not one inside a ``dd_iterate`` body)."""
+        if any(e.in_loop for e in entries):
+            if "dd_iterate" not in self.blockers:
+                self.blockers.append("dd_iterate")
+            return False
+        return True
+
+    def stateful(
+        self,
+        op: str,
+        kernel: Callable[..., Any],
+        params: Any,
+        inputs: Sequence[Input],
+        out_fields: Sequence[T.StructField],
+        out_columns: Sequence[tuple[str, str]],
+        kernel_type: TimeType,
+    ) -> DataFrame:
+        """One stateful operator of the query (see the module docstring)."""
+        slot = len(self.operators)
+        prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW) for inp in inputs]
+        me = Operator(op, tuple(p.schema for p in prepared))
+        self.operators.append(me)
+        out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
+        if self.probe:
+            if kernel_type != self.ttype:
+                self.blockers.append(f"{op} over {kernel_type.describe()} times")
+            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+        self._check(slot, me)
+        assert self.write is not None and self.read is not None
+        tags = [tag(slot, j) for j in range(len(prepared))]
+        written = self.write(f"s{slot}", [(t, p, p.schema) for t, p in zip(tags, prepared)])
+        if not written:  # no new updates: no output changes
+            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+        self.added.update(written)
+        news = [self._read([written[t]] if t in written else [], p.schema, t, True) for t, p in zip(tags, prepared)]
+        # the keys the new updates touch (not deduplicated: a semi-join needs no distinct keys,
+        # and a distinct would cost one more shuffle, one more job)
+        touched = news[0].select(BUCKET, KEY_HASH)
+        for n in news[1:]:
+            touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
+        sides = []
+        for t, p, new in zip(tags, prepared, news):
+            old = self._read(self.traces.get(t, []), p.schema, t, False)
+            sides.append(old.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new))
+        self.kernel_inputs.append((op, sides))
+        if len(sides) == 1:
+            out = run_per_partition(kernel, params, sides[0], out_schema)
+        else:
+            out = run_pair_per_partition(kernel, params, sides, out_schema)
+        return finish(out, out_columns, kernel_type)
+
+    def _read(self, files: Sequence[str], schema: T.StructType, name: str, new: bool) -> DataFrame:
+        assert self.read is not None
+        return self.read(files, schema, name).withColumn(NEW, F.lit(new))
+
+    def _check(self, slot: int, me: Operator) -> None:
+        if slot >= len(self.expected):
+            raise IncrementalStateError(
+                f"sd.incremental: the query called a stateful operator #{slot + 1}, {me.describe()}, but the view "
+                f"stored under {self.where} was built by a query with {len(self.expected)}; the query must stay the "
+                "same from update to update. Rebuild the view at a new path by replaying its inputs."
+            )
+        want = self.expected[slot]
+        if want.op != me.op or [s.simpleString() for s in want.inputs] != [s.simpleString() for s in me.inputs]:
+            raise IncrementalStateError(
+                f"sd.incremental: the query's stateful operator #{slot + 1} is {me.describe()} but the view stored "
+                f"under {self.where} was built with {want.describe()}; the query must stay the same from update to "
+                "update. Rebuild the view at a new path by replaying its inputs."
+            )
+
+    def finished(self) -> None:
+        """Check that the query called every stored operator."""
+        if not self.probe and len(self.operators) != len(self.expected):
+            raise IncrementalStateError(
+                f"sd.incremental: the query called {len(self.operators)} stateful operators but the view stored "
+                f"under {self.where} was built with {len(self.expected)} "
+                f"({', '.join(o.describe() for o in self.expected)}); the query must stay the same from update to "
+                "update. Rebuild the view at a new path by replaying its inputs."
+            )
+
+
+def advanced(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
+    """A trace (kernel form) advanced to ``frontier`` with ``advance(t, F)`` and consolidated (seed 004)."""
+    leaves = times(ttype.width)
+    rest = [c for c in trace.columns if c not in (*leaves, D)]
+    adv = [F.expr(e).alias(n) for e, n in zip(ttype.sql_advance(leaves, list(frontier)), leaves)]
+    return (
+        trace.select(*rest, *adv, D)
+        .groupBy(*rest, *leaves)
+        .agg(F.sum(D).cast("long").alias(D))
+        .where(F.col(D) != 0)
+        .select(*trace.columns)
+    )
+
+
+__all__ = ["Operator", "Run", "advanced", "current", "running", "tag"]
