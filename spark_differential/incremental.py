@@ -10,21 +10,54 @@ split of the inputs into successive updates, the union of everything returned,
 consolidated, is the one-shot ``query(all inputs)`` restricted to the times not
 in the future of the last ``T``, row for row.
 
+A view runs in one of two **stages**, fixed when it is created (stored in its
+manifest):
+
+* **Stage 2** (per-operator traces, :mod:`spark_differential.traces`): the query is
+  called on the *new updates only*; each stateful operator (joins, reductions) keeps
+  a trace of each of its inputs under ``path`` and hands its kernel the new updates
+  plus the trace rows of the keys they touch, so an update's kernels work on the size
+  of the changes.  Chosen when the query's operators allow it (seen by calling the
+  query once on empty inputs at the first update).
+* **Stage 1** (stored inputs): the query is re-run on the stored (compacted) inputs
+  plus the new updates at every update, and the output already returned is
+  subtracted; an update costs the live size of the inputs.  Used when the query has
+  a ``dd_iterate``, reads changes rather than states (``differentiate``,
+  ``dd_delay``, ``dd_asof_join``), or has an operator over another time type; one
+  log line says why.  ``stage=1`` asks for it.
+
 What is stored (Parquet, under ``path``), per committed version:
 
-* each input: everything received, as its last compaction (advanced by the
-  frontier of that moment with ``advance(t, F) = meet_{f in F} join(t, f)`` and
-  consolidated; seed 004: this keeps the accumulation at every time in the future
-  of ``F``, so it holds about the live size of the input, not its history) plus the
-  new updates of each update since (deltas), merged every ``compact_every`` updates;
-* ``P``: the output returned so far, stored the same way;
+* stage 2: per stateful operator (identified by call order, name and its inputs'
+  schemas in kernel form) and input, its trace: the prepared rows (key bucket, key
+  hash, keys, data, time leaves, diff) of every update the input received, as its
+  last merge (advanced by the frontier of that moment with
+  ``advance(t, F) = meet_{f in F} join(t, f)`` and consolidated: seed 004) plus one
+  file per update since, merged every ``compact_every`` updates; and ``p``, the
+  output changes at times still in the future of the frontier (returned by the
+  update whose ``upto`` passes them);
+* stage 1: each input: everything received, as its last compaction (advanced and
+  consolidated the same way, so it holds about the live size of the input, not its
+  history) plus the new updates of each update since (deltas), merged every
+  ``compact_every`` updates; and ``P``, the output returned so far, stored the same
+  way;
 * the output of this version's update (what :meth:`update` returned).
 
-A version is two Parquet writes partitioned by a tag column (``new``: the deltas of
-all inputs; ``data``: the output and, when due, the merged state), so an update runs
-those two write jobs plus the shuffles of the query and of the subtraction.
+A stage-1 version is two Parquet writes partitioned by a tag column (``new``: the
+deltas of all inputs; ``data``: the output and, when due, the merged state).  A
+stage-2 version is one write per stateful operator (its new input updates, which
+become the newest files of its traces) plus the ``data`` write (output, pending
+output, merged traces).
 
-Why the returned output is exact.  Let ``S`` be the stored inputs (a compaction
+Why stage 2 is exact: see :mod:`spark_differential.traces` (after ``advance`` a
+trace accumulates to the true history at every time in the future of the frontier
+``F``; the new updates are in the future of ``F``; so every operator's output
+changes are the true ones, all in the future of ``F``).  The changes at times not
+in the future of the new frontier ``T`` are final and returned; the others are kept
+(``p``) and returned by the update whose frontier passes them, so the union of all
+returned outputs telescopes to the one-shot output.
+
+Why stage 1 is exact.  Let ``S`` be the stored inputs (a compaction
 to an earlier frontier plus deltas), ``D`` the new updates and ``I`` everything
 received.  For every ``g`` in the future of ``F``, ``S ∪ D`` accumulates at ``g``
 to what ``I`` does (compaction keeps those accumulations; seed 004), so
@@ -44,12 +77,13 @@ had updates outside the future of ``F``, so ``lift`` acts in practice on late
 updates moved with ``late="advance"``; it is kept because the argument needs it.)
 
 Each committed version ends with one manifest file (JSON, written to a temporary
-name and renamed), naming the frontier, the state files and the last batch id;
-readers take the newest manifest.  An update that fails or is killed before its
-manifest leaves the previous version current.  Stage reached: the query is
-re-run on the compacted inputs at every update (the cost of an update follows the
-live size of the inputs, not their history, but not yet the size of the changes:
-per-operator arrangements are not persisted).
+name and renamed), naming the stage, the frontier, the state files, the stateful
+operators (stage 2) and the last batch id; readers take the newest manifest.  An
+update that fails or is killed before its manifest leaves the previous version
+current.  A resumed stage-2 view checks that the query calls the same stateful
+operators (name and input schemas, in order) and refuses another query with
+:class:`IncrementalStateError` (rebuild the view at a new path by replaying its
+inputs).  Format 3 manifests; format 2 ones (stage 1 only) are read as stage 1.
 """
 
 from __future__ import annotations
@@ -1174,8 +1208,17 @@ def incremental(
     on when earlier updates happened, and the view then keeps the inputs' full
     history (exact; each update then costs the size of that history; a warning is
     logged).  ``compact=True`` makes that case an :class:`IncrementalStateError`;
-    ``compact=False`` never compacts the inputs.  The returned output is exact in
-    every case.
+    ``compact=False`` never compacts the inputs (and runs in stage 1).  The
+    returned output is exact in every case.
+
+    ``stage`` (see the module docstring): left unset, a new view runs in stage 2
+    (per-operator traces: an update's kernels see the changes and the trace rows of
+    the keys they touch) when its query allows it, else in stage 1 (the query
+    re-run on the stored inputs), with one log line saying why; ``stage=1`` asks
+    for stage 1, ``stage=2`` makes a query that cannot run there an
+    :class:`IncrementalStateError`.  The stage is fixed when the view is created.
+    In stage 2, each stateful operator's trace files are merged (advanced to the
+    frontier and consolidated) every ``compact_every`` updates as well.
 
     >>> import spark_differential as sd, tempfile
     >>> spark = sd.session()
