@@ -649,9 +649,9 @@ class IncrementalView:
         version = (state.version if state is not None else 0) + 1
         directory = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
         if state is None:
-            stage, nbuckets, operators = self._stage(op, schemas, ttype)
+            stage, bucketing, operators = self._stage(op, schemas, ttype)
         else:
-            stage, nbuckets, operators = state.stage, state.buckets, state.operators
+            stage, bucketing, operators = state.stage, state.buckets, state.operators
             if self.stage is not None and self.stage != stage:
                 raise IncrementalStateError(
                     f"{op}: stage={self.stage} was asked but the view stored under {self.path} runs in stage {stage} "
@@ -666,7 +666,7 @@ class IncrementalView:
         try:
             if stage == 2:
                 written = self._write_stage2(
-                    op, state, schemas, incoming, ttype, nbuckets, operators, new_front, directory
+                    op, state, schemas, incoming, ttype, bucketing, operators, new_front, directory
                 )
             else:
                 written = self._write_stage1(op, state, schemas, incoming, ttype, old_front, new_front, directory)
@@ -692,7 +692,7 @@ class IncrementalView:
             operators=written.operators,
             trace_files=written.trace_files,
             pending_files=written.pending_files,
-            buckets=nbuckets,
+            buckets=bucketing,
         )
         output = self._read([committed.output_file] if written.output_exists else [], committed.output, "o")
         _hook("before-manifest")
@@ -751,7 +751,7 @@ class IncrementalView:
         schemas: Mapping[str, T.StructType],
         incoming: Mapping[str, DataFrame],
         ttype: TimeType,
-        nbuckets: tuple[int, int],
+        bucketing: tuple[int, int],
         operators: Sequence[Operator],
         new_front: list[Leaves],
         directory: str,
@@ -767,7 +767,7 @@ class IncrementalView:
         changes = {n: incoming.get(n, self.spark.createDataFrame([], schemas[n])) for n in names}
         old_traces = dict(state.trace_files) if state is not None else {}
         run = _traces.Run(
-            self.spark, ttype, nbuckets[0], nbuckets[1],
+            self.spark, ttype, bucketing[0], bucketing[1],
             expected=operators,
             traces=old_traces, write=lambda sub, parts: self._write_tagged(f"{directory}/{sub}", parts),
             read=self._read, where=self.path,
@@ -775,9 +775,10 @@ class IncrementalView:
         with recording() as history_ops, _traces.running(run):
             result = self.query(**changes)
         run.finished()
-        if history_ops:
+        blockers = sorted(history_ops) + run.blockers
+        if blockers:
             raise IncrementalStateError(
-                f"{op}: the query uses {', '.join(sorted(history_ops))} but the view stored under {self.path} runs in "
+                f"{op}: the query uses {', '.join(blockers)} but the view stored under {self.path} runs in "
                 "stage 2, which cannot keep it differential; the query must stay the same from update to update. "
                 "Rebuild the view at a new path by replaying its inputs."
             )
