@@ -35,13 +35,14 @@ What is measured
     stage 2 (per-operator traces; the query runs on the changes only, so an update's
     kernels see the changes and the trace rows of the keys they touch); ``bfs`` uses
     ``dd_iterate`` and runs in stage 1 (each update re-runs the query over the
-    compacted inputs: its cost follows their live size).  ``--stage compare`` (the
-    default) runs the ``view`` workload twice on the same data, as ``view-s2`` (the
-    stage the view picks) and ``view-s1`` (``stage=1`` forced), in the same session;
-    ``--stage 1`` or ``2`` runs it in that stage only.  The one-shot recomputation runs
-    in the first of them only.
+    compacted inputs: its cost follows their live size).  ``--stage compare`` runs
+    the ``view`` workload twice on the same data, as ``view-s2`` (the stage the view
+    picks) and ``view-s1`` (``stage=1`` forced), in the same session, the one-shot
+    recomputation in the first of them only; ``--stage 1`` or ``2`` runs it in that
+    stage only; ``auto`` (the default) as ``view``, in the stage the view picks.
 
     python benchmarks/incremental.py --updates 20
+    python benchmarks/incremental.py --workload view --stage compare --updates 60 --oneshot-every 30
     python benchmarks/incremental.py --updates 1000 --oneshot-every 100 --workload view \
         --progress view.jsonl --json view.json
     python benchmarks/incremental.py --summarize view.jsonl     # the tables of a run, also of one cut short
@@ -75,6 +76,12 @@ def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
     return orders.dd_join(customers, on="customer_id").dd_count(by="region")
 
 
+def per_region_keys(orders: DataFrame, customers: DataFrame) -> DataFrame:
+    """``per_region`` counting the join's rows by their key column alone (``--count-keys-only``): the
+    count's input then consolidates to one row per region and time (its stage-2 trace, at each merge)."""
+    return orders.dd_join(customers, on="customer_id").select("region", "time", "diff").dd_count(by="region")
+
+
 def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
     """Seed 001's BFS distances from ``roots``: the library's ``algorithms.bfs`` (the view's inputs by name)."""
     return bfs(edges, roots)
@@ -85,7 +92,9 @@ class ViewWorkload:
 
     query = staticmethod(per_region)
 
-    def __init__(self, customers: int, orders: int, changes: int, seed: int) -> None:
+    def __init__(self, customers: int, orders: int, changes: int, seed: int, keys_only: bool = False) -> None:
+        if keys_only:
+            self.query = per_region_keys
         self.rng = np.random.default_rng(seed)
         self.changes = changes
         self.regions = 50
@@ -380,8 +389,11 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--oneshot-every", type=int, default=1, help="recompute one-shot after every k-th update (0: never)")
-    ap.add_argument("--stage", choices=["compare", "auto", "1", "2"], default="compare",
-                    help="the view workload's stage: compare (stage 2 and stage 1 on the same data), auto, 1 or 2")
+    ap.add_argument("--stage", choices=["auto", "compare", "1", "2"], default="auto",
+                    help="the view workload's stage: auto (the one the view picks: 2), compare (stage 2, then stage 1 "
+                    "on the same data), 1 or 2")
+    ap.add_argument("--count-keys-only", action="store_true",
+                    help="the view counts the joined rows' region column alone (select before dd_count)")
     ap.add_argument("--window", type=int, default=8, help="updates averaged at 10 and at N (default 8: one merge each)")
     ap.add_argument("--progress", metavar="PATH", help="append each update's measurements to PATH as a JSON line")
     ap.add_argument("--summarize", metavar="PATH", help="only summarize the JSON lines of an earlier --progress file "
@@ -411,7 +423,7 @@ def main() -> int:
                 "2": [("view-s2", 2)],
             }[args.stage]
             for k, (name, stage) in enumerate(stages):
-                work = ViewWorkload(args.customers, args.orders, args.changes, args.seed)  # the same data each time
+                work = ViewWorkload(args.customers, args.orders, args.changes, args.seed, args.count_keys_only)
                 rows = run(spark, name, work, args.updates, args.oneshot_every if k == 0 else 0, root, args.progress,
                            stage=stage)
                 summaries.append(summarize(name, rows, args.window))
