@@ -102,8 +102,8 @@ def test_dd_count_runs_no_job_until_collect_and_no_more_than_plain(small, spark)
 
 
 # py4j round trips of the driver-side call a.dd_count("k") (a 4-column collection, one
-# key): 191 before the plan was built with fewer DataFrames and Column calls
-# (docs/performance.md, "Where an operator's call and its Python task go"); 110 since.
+# key): 190 before the plan was built with fewer DataFrames and Column calls
+# (docs/performance.md, "Where an operator's call and its Python task go"); 109 since.
 DD_COUNT_ROUND_TRIPS = 115
 
 
