@@ -14,7 +14,9 @@ What is measured
     One run of a case is: build the DataFrame (the ``dd_*`` call, timed and counted
     on its own), then ``.collect()`` it.  For each run: Spark jobs, stages and tasks
     (``spark_differential._jobs.count_jobs``: a job group + the status tracker) and
-    wall-clock seconds.  ``--warmup`` untimed runs, then ``--repeat`` timed runs, ours
+    wall-clock seconds, and the py4j round trips of building the DataFrame
+    (``spark_differential._jobs.count_round_trips``: deterministic, where the call's
+    seconds are not).  ``--warmup`` untimed runs, then ``--repeat`` timed runs, ours
     and the plain equivalent alternating (so a change of load on a shared machine hits
     both); the table shows the median seconds and the jobs/tasks of the last timed run
     (they do not vary between warm runs).  Every run builds a fresh plan: collecting
@@ -52,7 +54,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import spark_differential as sd
-from spark_differential._jobs import count_jobs
+from spark_differential._jobs import count_jobs, count_round_trips
 from spark_differential.algorithms import bfs
 
 SEED_001_EDGES = [
@@ -99,6 +101,7 @@ class Run:
     jobs: int
     stages: int
     tasks: int
+    call_trips: int = 0  # py4j round trips of the call (classic sessions; deterministic)
 
     @property
     def seconds(self) -> float:
@@ -136,14 +139,15 @@ class Case:
 
 def one_run(spark: Any, build: Callable[[], DataFrame]) -> tuple[Run, list[Any]]:
     """Build the DataFrame, then collect it; jobs and seconds of both parts."""
-    with count_jobs(spark) as c0:
+    with count_jobs(spark) as c0, count_round_trips() as trips:
         t0 = time.perf_counter()
         df = build()
         t1 = time.perf_counter()
     with count_jobs(spark) as c1:
         rows = df.collect()
         t2 = time.perf_counter()
-    return Run(t1 - t0, t2 - t1, c0.jobs, c0.jobs + c1.jobs, c0.stages + c1.stages, c0.tasks + c1.tasks), rows
+    run = Run(t1 - t0, t2 - t1, c0.jobs, c0.jobs + c1.jobs, c0.stages + c1.stages, c0.tasks + c1.tasks, trips.count)
+    return run, rows
 
 
 def measure_pair(spark: Any, c: Case, warmup: int, repeat: int) -> tuple[Side, Side, str]:
@@ -464,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_jobs": lo.jobs if lo else None,
                 "ours_call_jobs": lo.call_jobs if lo else None,
                 "ours_tasks": lo.tasks if lo else None,
+                "ours_call_py4j": lo.call_trips if lo else None,
+                "plain_call_py4j": lp.call_trips if lp else None,
                 "plain_jobs": lp.jobs if lp else None,
                 "plain_tasks": lp.tasks if lp else None,
                 "target": c.target,
@@ -509,6 +515,7 @@ def print_table(args: Any, results: list[dict[str, Any]], repeat: int, warmup: i
         "plain tasks",
         "plain time",
         "ratio",
+        "py4j (call)",
         "target",
     ]
     body = []
@@ -523,6 +530,7 @@ def print_table(args: Any, results: list[dict[str, Any]], repeat: int, warmup: i
                 str(r["plain_tasks"]),
                 ms(r["plain_seconds"]),
                 "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                f"{r['ours_call_py4j']} / {r['plain_call_py4j']}",
                 "pass" if r["pass"] else "FAIL: " + r["why"],
             ]
         )
@@ -538,6 +546,7 @@ def print_table(args: Any, results: list[dict[str, Any]], repeat: int, warmup: i
     print(
         "jobs/tasks: Spark jobs and tasks of call + collect (of the call alone in parentheses); ratio = our time / plain time"
     )
+    print("py4j (call): py4j round trips of building the DataFrame, ours / plain (deterministic; the time it takes varies)")
     print(
         f"targets: single operators <= {OP_TARGET}x plain; BFS <= {BFS_JOBS} jobs and <= {BFS_TARGET}x one plain "
         "groupBy().count().collect(); no dd_* call but dd_iterate runs a job"

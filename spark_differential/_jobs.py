@@ -23,6 +23,14 @@ raises :class:`JobCountError` rather than returning a short count.
 
 Classic (py4j) sessions only: Spark Connect has no status tracker, and
 :func:`count_jobs` raises :class:`JobCountError` there.
+
+Before any job, building a plan has a fixed cost of its own on a classic session:
+every PySpark DataFrame or Column call is one or more py4j round trips to the JVM
+(a DataFrame also an analysis of its plan).  :func:`count_round_trips` counts them::
+
+    with count_round_trips() as trips:
+        df.dd_count("k")
+    print(trips.count)
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from typing import Any
 
 from .errors import SparkDifferentialError
 
-__all__ = ["JobCount", "JobCountError", "count_jobs"]
+__all__ = ["JobCount", "JobCountError", "RoundTrips", "count_jobs", "count_round_trips"]
 
 _SEQ = itertools.count()
 _GROUP_PROPS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
@@ -128,3 +136,37 @@ def _fill(result: JobCount, tracker: Any) -> None:
             result.stages += 1
             result.stage_tasks.append(int(stage.numTasks))
             result.tasks += int(stage.numTasks)
+
+
+@dataclass
+class RoundTrips:
+    """What a :func:`count_round_trips` block sent to the JVM."""
+
+    count: int = 0
+
+
+@contextlib.contextmanager
+def count_round_trips() -> Iterator[RoundTrips]:
+    """Count the py4j commands the calling thread sends to the JVM inside the block.
+
+    Deterministic for a given plan: commands of other threads and py4j's own
+    garbage-collection messages (sent when Python drops a JVM reference, at times
+    of its own) are not counted.  Counts stay 0 on Spark Connect (no py4j)."""
+    import threading
+
+    from py4j.java_gateway import GatewayClient
+
+    result = RoundTrips()
+    me = threading.get_ident()
+    send = GatewayClient.send_command
+
+    def counted(client: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == me and not command.startswith("m\n"):
+            result.count += 1
+        return send(client, command, *args, **kwargs)
+
+    GatewayClient.send_command = counted  # type: ignore[method-assign]
+    try:
+        yield result
+    finally:
+        GatewayClient.send_command = send  # type: ignore[method-assign]

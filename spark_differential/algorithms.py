@@ -20,6 +20,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ._planning import without_origin_tracking
 from .calculus import dd_delay, differentiate, integrate
 from .collection import DIFF, TIME, inspect
 from .errors import TimeTypeError
@@ -29,6 +30,7 @@ def _edges(edges: DataFrame, src: str, dst: str) -> DataFrame:
     return edges.select(F.col(src).alias("src"), F.col(dst).alias("dst"), TIME, DIFF)
 
 
+@without_origin_tracking
 def bfs(
     edges: DataFrame,
     roots: DataFrame,
@@ -75,6 +77,7 @@ def bfs(
     return start.dd_iterate(step, max_iterations=max_iterations)
 
 
+@without_origin_tracking
 def reachability(
     edges: DataFrame,
     roots: DataFrame,
@@ -117,6 +120,7 @@ def reachability(
     return start.dd_iterate(step, max_iterations=max_iterations)
 
 
+@without_origin_tracking
 def connected_components(
     edges: DataFrame,
     nodes: DataFrame,
@@ -166,6 +170,7 @@ def connected_components(
     return start.dd_iterate(step, max_iterations=max_iterations)
 
 
+@without_origin_tracking
 def triangles_naive(edges: DataFrame, src: str = "src", dst: str = "dst") -> DataFrame:
     """``(a, b, c)`` by ``(edges ⋈_a edges)`` semijoined with edges on ``(b, c)`` (seed 003's first form).
 
@@ -194,6 +199,7 @@ def triangles_naive(edges: DataFrame, src: str = "src", dst: str = "dst") -> Dat
     return ab.dd_join(ac, on="a").dd_semijoin(bc, on=["b", "c"]).select("a", "b", "c", TIME, DIFF)
 
 
+@without_origin_tracking
 def triangles(edges: DataFrame, src: str = "src", dst: str = "dst") -> DataFrame:
     """Triangles ``(a, b, c)`` with edges ``a→b``, ``a→c``, ``b→c``, by delta queries (seed 003).
 

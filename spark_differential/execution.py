@@ -29,7 +29,7 @@ from ._testing import fault_hook
 from .collection import DIFF, TIME, CollectionSchema, null_guard, qcol
 from .errors import SchemaMismatchError
 from .kernels.common import NEW, D, conform, keys, names, over_partition, times
-from .lattice import TimeType
+from .lattice import _INTEGRAL_KINDS, TimeType, Total
 from .scope import Entry
 
 pa = lazy("pyarrow")
@@ -149,9 +149,22 @@ def bucket_of(khash: Column, nbuckets: int, nparts: int) -> Column:
     bucket loses that partitioning (one more shuffle per kernel inside ``dd_iterate``).
     """
     # one SQL literal, not one F.lit per label (each PySpark call is a py4j round trip)
-    labels = F.expr("array(" + ", ".join(str(v) for v in bucket_labels(nbuckets, nparts)) + ")")
+    labels = F.expr(_labels_sql(nbuckets, nparts))
     index = (F.pmod(khash, F.lit(nbuckets)) + 1).cast("int")
     return F.coalesce(F.element_at(labels, index), F.lit(0))
+
+
+def _labels_sql(nbuckets: int, nparts: int) -> str:
+    return "array(" + ", ".join(str(v) for v in bucket_labels(nbuckets, nparts)) + ")"
+
+
+def bucket_sql(hashed: Sequence[str], nbuckets: int, nparts: int) -> str:
+    """:func:`bucket_of` of the :func:`key_hash` of the columns named ``hashed`` as one SQL
+    expression: one py4j round trip (``F.expr``) instead of about fifteen.  The names
+    must be plain identifiers (the kernels' ``_k0``...)."""
+    khash = f"xxhash64({', '.join(hashed)})" if hashed else "CAST(0 AS BIGINT)"
+    index = f"CAST(pmod({khash}, {nbuckets}) + 1 AS INT)"
+    return f"coalesce(element_at({_labels_sql(nbuckets, nparts)}, {index}), 0)"
 
 
 def shuffle_partitions(spark: Any) -> int:
@@ -169,26 +182,42 @@ def prepare(inp: Input, nbuckets: int, nparts: int | None = None, op: str = "") 
     the job with :class:`~spark_differential.errors.NullValueError` naming ``op``
     (:func:`spark_differential.collection.null_guard`; free where the schema says
     the column cannot be null)."""
+    hashed, cols = _kernel_columns(inp, op)
+    khash = key_hash(hashed)
+    bucket = bucket_of(khash, nbuckets, nparts or shuffle_partitions(inp.df.sparkSession))
+    return inp.df.select(bucket.alias(BUCKET), khash.alias(KEY_HASH), *cols)
+
+
+def _kernel_columns(inp: Input, op: str) -> tuple[list[Column], list[Column]]:
+    """The columns whose hash decides an input's bucket, and the input's columns in
+    kernel form (see :func:`prepare`), named as :func:`kernel_names` says."""
     tcol = inp.time_col if inp.time_col is not None else F.col(TIME)
     leaves = inp.time_type.encode_column(tcol)
-    tnames = times(inp.time_type.width)
     guarded = [null_guard(leaf, [leaf], "time", op) for leaf in leaves]
     kcols = [qcol(k).cast(inp.key_casts[k]) if k in inp.key_casts else qcol(k) for k in inp.keys]
-    knames = keys(len(inp.keys))
-    dnames = names(inp.prefix, len(inp.data))
-    hcols = kcols if inp.hash_cols is None else [qcol(c) for c in inp.hash_cols]
-    khash = key_hash(hcols)
-    bucket = bucket_of(khash, nbuckets, nparts or shuffle_partitions(inp.df.sparkSession))
+    hashed = kcols if inp.hash_cols is None else [qcol(c) for c in inp.hash_cols]
     new = inp.new if inp.new is not None else F.lit(True)
-    return inp.df.select(
-        bucket.alias(BUCKET),
-        khash.alias(KEY_HASH),
-        *[c.alias(n) for c, n in zip(kcols, knames)],
-        *[qcol(c).alias(n) for c, n in zip(inp.data, dnames)],
-        *[c.alias(n) for c, n in zip(guarded, tnames)],
-        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", op).alias(D),
-        new.alias(NEW),
-    )
+    cols = [
+        *kcols,
+        *[qcol(c) for c in inp.data],
+        *guarded,
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", op),
+        new,
+    ]
+    return hashed, [c.alias(n) for c, n in zip(cols, kernel_names(inp))]
+
+
+def kernel_names(inp: Input) -> list[str]:
+    """An input's column names in kernel form: keys, data, time leaves, diff, new."""
+    return [*keys(len(inp.keys)), *names(inp.prefix, len(inp.data)), *times(inp.time_type.width), D, NEW]
+
+
+def _hashed_names(inp: Input) -> list[str]:
+    """The kernel names of the columns :func:`_kernel_columns` hashes for the bucket."""
+    if inp.hash_cols is None:
+        return keys(len(inp.keys))
+    renamed = dict(zip(inp.data, names(inp.prefix, len(inp.data))))
+    return [renamed[c] for c in inp.hash_cols]
 
 
 def kernel_fields(inp: Input, with_keys: bool = True) -> list[T.StructField]:
@@ -253,35 +282,44 @@ def run(
     out_schema: T.StructType,
     op: str = "",
 ) -> DataFrame:
-    """Run ``kernel(params, *tables)`` over one or two inputs, many keys per call.
+    """Run ``kernel(params, *tables)`` over one or two inputs, many keys per call: once
+    per partition of the inputs repartitioned by bucket (see :func:`run_per_partition`
+    and :func:`run_pair_per_partition`)."""
+    if len(inputs) == 1:
+        return run_per_partition(kernel, params, inputs[0], out_schema, op)
+    return run_pair_per_partition(kernel, params, inputs, out_schema, op)
 
-    One input: once per partition of the input repartitioned by bucket (see
-    :func:`run_per_partition`).  Two inputs: once per bucket of the cogroup."""
-    nb = buckets(inputs[0].df.sparkSession)
-    prepared = [prepare(i, nb, op=op) for i in inputs]
-    if len(prepared) == 1:
-        return run_per_partition(kernel, params, prepared[0], out_schema)
-    return run_pair_per_partition(kernel, params, prepared, out_schema)
+
+def _by_bucket(df: DataFrame, inp: Input) -> DataFrame:
+    """``df`` (in kernel form) repartitioned by ``inp``'s bucket, computed in the
+    repartitioning expression (no bucket column to add and drop again)."""
+    spark = df.sparkSession
+    return df.repartition(F.expr(bucket_sql(_hashed_names(inp), buckets(spark), shuffle_partitions(spark))))
 
 
 def run_per_partition(
     kernel: Callable[..., pa.Table],
     params: Any,
-    prepared: DataFrame,
+    inp: Input,
     out_schema: T.StructType,
+    op: str = "",
 ) -> DataFrame:
-    """Run a one-input kernel once per partition of ``prepared`` repartitioned by bucket.
+    """Run a one-input kernel once per partition of the input repartitioned by bucket.
 
     ``repartition(bucket)`` without a number is a shuffle adaptive execution may
     coalesce: whole hash partitions merge, so every key's rows stay in one partition
     and a partition holds whole buckets.  One kernel call then covers a partition (on
     ten rows: one call instead of one per bucket, each paying DuckDB's fixed cost of
     about 10 ms; at 10^7 rows the per-partition form was measured faster too, see
-    :func:`run_prepared`), with no sort by bucket and no bucket column sent."""
-    spark = prepared.sparkSession
+    :func:`run_prepared`), with no sort by bucket and no bucket column sent.
+
+    Three DataFrames (select, repartition, ``mapInArrow``): each costs the JVM an
+    analysis of the plan and PySpark a few py4j round trips, the fixed cost of an
+    operator's call on a small input (see docs/performance.md)."""
+    spark = inp.df.sparkSession
     schema = arrow_schema(spark, out_schema)
     kernel = fault_hook(spark, kernel)
-    one = prepared.drop(KEY_HASH).repartition(BUCKET).drop(BUCKET)
+    one = _by_bucket(inp.df.select(*_kernel_columns(inp, op)[1]), inp)
     return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
 
 
@@ -323,8 +361,9 @@ SIDE = "_sd_side"
 def run_pair_per_partition(
     kernel: Callable[..., pa.Table],
     params: Any,
-    prepared: Sequence[DataFrame],
+    inputs: Sequence[Input],
     out_schema: T.StructType,
+    op: str = "",
 ) -> DataFrame:
     """Run a two-input kernel once per partition: both inputs, tagged with their side,
     in one DataFrame repartitioned by bucket (as :func:`run_per_partition`), split
@@ -332,15 +371,14 @@ def run_pair_per_partition(
 
     Replaces ``cogroup(...).applyInArrow``, which calls the kernel once per bucket
     (each call paying DuckDB's fixed cost) and sorts both sides by bucket."""
-    spark = prepared[0].sparkSession
+    ia, ib = inputs
+    spark = ia.df.sparkSession
     schema = arrow_schema(spark, out_schema)
     kernel = fault_hook(spark, kernel)
-    a, b = (p.drop(KEY_HASH) for p in prepared)
-    cols_a = [c for c in a.columns if c != BUCKET]
-    cols_b = [c for c in b.columns if c != BUCKET]
-    both = a.withColumn(SIDE, F.lit(0)).unionByName(b.withColumn(SIDE, F.lit(1)), allowMissingColumns=True)
-    one = both.repartition(BUCKET).drop(BUCKET)
-    return one.mapInArrow(_pair_per_partition(kernel, params, schema, cols_a, cols_b), out_schema)
+    a = ia.df.select(*_kernel_columns(ia, op)[1], F.lit(0).alias(SIDE))
+    b = ib.df.select(*_kernel_columns(ib, op)[1], F.lit(1).alias(SIDE))
+    one = _by_bucket(a.unionByName(b, allowMissingColumns=True), ia)
+    return one.mapInArrow(_pair_per_partition(kernel, params, schema, kernel_names(ia), kernel_names(ib)), out_schema)
 
 
 def _pair_per_partition(
@@ -389,5 +427,24 @@ def execute(
 
         return stateful_in_loop(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
     schema = T.StructType([*out_fields, *time_fields(kernel_type)])
+    if isinstance(kernel_type, Total) and kernel_type.kind in _INTEGRAL_KINDS:
+        # the time decodes to a cast Arrow does: the task names and types the columns as
+        # :func:`finish` would, and no DataFrame (analysis, ~30 py4j round trips) follows
+        fields = {f.name: f for f in schema.fields}
+        tname = times(1)[0]
+        user = T.StructType(
+            [T.StructField(u, fields[i].dataType, fields[i].nullable) for i, u in out_columns]
+            + [T.StructField(TIME, kernel_type.spark_type(), False), T.StructField(DIFF, T.LongType(), False)]
+        )
+        sources = [i for i, _ in out_columns] + [tname, D]
+        return run(functools.partial(_user_named, kernel, sources, user.names), params, inputs, user, op)
     out = run(kernel, params, inputs, schema, op)
     return finish(out, out_columns, kernel_type)
+
+
+def _user_named(
+    kernel: Callable[..., pa.Table], sources: Sequence[str], labels: Sequence[str], params: Any, *tables: pa.Table
+) -> pa.Table:
+    """``kernel``'s output columns ``sources`` under the names ``labels``."""
+    out = kernel(params, *tables)
+    return pa.Table.from_arrays([out.column(c) for c in sources], names=list(labels))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import warnings
@@ -51,6 +52,10 @@ def default_conf(cores: int | None = None) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
+        # Python workers talk to the JVM over a Unix domain socket where the platform has
+        # them: over TCP a Python task (every kernel's mapInArrow) waited ~40 ms for its
+        # first input batch (delayed ACK), more than a kernel's work on a small input
+        "spark.python.unix.domain.socket.enabled": "true" if hasattr(socket, "AF_UNIX") else "false",
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
         "spark.driver.memory": os.environ.get("SD_DRIVER_MEMORY", "4g"),
     }

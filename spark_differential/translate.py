@@ -157,7 +157,11 @@ class Translator:
             picked: list[str] | None = [] if child.picks is not None else None
             for e in _seq(p.projectList()):
                 name = e.name()
-                if self._is_time(e):
+                # one py4j round trip per JVM call: each kind asked once (nodeName, not getClass().getSimpleName())
+                kind = e.nodeName()
+                inner = e.child() if kind == "Alias" else e
+                inner_kind = inner.nodeName() if kind == "Alias" else kind
+                if inner_kind == "AttributeReference" and inner.name() == TIME:
                     if name != TIME:
                         raise Untranslatable("the body renames `time`")
                     items.extend(quote(c) for c in leaves(self.width))
@@ -167,13 +171,12 @@ class Translator:
                     if picked is not None:
                         picked.extend(leaves(self.width))
                     continue
-                inner = e.child() if e.getClass().getSimpleName() == "Alias" else e
                 sql, arrow = self._expr(inner)
                 items.append(f"{sql} AS {quote(name)}")
                 names.append(name)
                 if arrows is not None:
                     arrows = None if arrow is None else [*arrows, arrow]
-                if picked is not None and child.picks is not None and inner.getClass().getSimpleName() == "AttributeReference":
+                if picked is not None and child.picks is not None and inner_kind == "AttributeReference":
                     picked.append(child.picks[1][child.columns.index(inner.name())])
                 else:
                     picked = None
@@ -200,7 +203,7 @@ class Translator:
 
     def _renamed(self, e: Any, columns: dict[str, str]) -> Any:
         """``e`` with every column reference renamed ``_sdc<i>`` (``columns``: name -> safe name)."""
-        kind = e.getClass().getSimpleName()
+        kind = e.nodeName()
         if kind == "AttributeReference":
             return e.withName(columns.setdefault(e.name(), f"_sdc{len(columns)}"))
         children = _seq(e.children())
@@ -215,14 +218,6 @@ class Translator:
     def _unique(rel: Relation) -> None:
         if len(set(rel.columns)) != len(rel.columns):
             raise Untranslatable("two columns of one step share a name")
-
-    @staticmethod
-    def _is_time(e: Any) -> bool:
-        kind = e.getClass().getSimpleName()
-        if kind == "Alias":
-            e = e.child()
-            kind = e.getClass().getSimpleName()
-        return kind == "AttributeReference" and e.name() == TIME
 
     def _expr(self, e: Any) -> tuple[str, tuple[Any, ...] | None]:
         """``e`` as DuckDB SQL, and as an Arrow expression (:func:`evaluate`) where it has one."""

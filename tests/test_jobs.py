@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import spark_differential as sd
-from spark_differential._jobs import JobCountError, count_jobs
+from spark_differential._jobs import JobCountError, count_jobs, count_round_trips
 from spark_differential.algorithms import bfs
 from spark_differential.errors import SparkDifferentialError
 
@@ -99,6 +99,26 @@ def test_dd_count_runs_no_job_until_collect_and_no_more_than_plain(small, spark)
     assert action.tasks <= plain.tasks
     got = sorted((r["k"], r["count"], r["time"], r["diff"]) for r in rows)
     assert got == [("a", 1, 0, 1), ("a", 1, 1, -1), ("a", 2, 1, 1), ("b", 1, 0, 1), ("b", 1, 2, -1)]
+
+
+# py4j round trips of the driver-side call a.dd_count("k") (a 4-column collection, one
+# key): 190 before the plan was built with fewer DataFrames and Column calls
+# (docs/performance.md, "Where an operator's call and its Python task go"); 109 since.
+DD_COUNT_ROUND_TRIPS = 115
+
+
+def test_dd_count_call_stays_under_its_py4j_round_trips(small, spark):
+    """The fixed cost of building an operator's plan, counted (not timed): every PySpark
+    call is a py4j round trip, every DataFrame an analysis in the JVM."""
+    a = small["a"]
+    a.dd_count("k")  # the first call in a process may look up things the next ones reuse
+    counts = []
+    for _ in range(2):
+        with count_round_trips() as trips:
+            a.dd_count("k")
+        counts.append(trips.count)
+    assert counts[0] == counts[1], counts  # deterministic
+    assert 0 < counts[0] <= DD_COUNT_ROUND_TRIPS, counts
 
 
 def _lazy_calls(small, spark):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..collection import as_columns, inspect, qcol, qcols, require_columns
+from ..collection import as_columns, inspect, qcol, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields, key_casts
 from ..kernels import join as kjoin
@@ -58,11 +58,10 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
     out_fields = k_out + out_fields[len(keys_):]
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
-    result = execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
-    if mode != "join":
-        # keep the left input's column order
-        result = result.select(*qcols(a.data_cols), "time", "diff")
-    return result
+    if mode != "join":  # keep the left input's column order
+        internal = {user: name for name, user in cols}
+        cols = [(internal[c], c) for c in a.data_cols]
+    return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
 
 
 def dd_join(left: DataFrame, right: DataFrame, on: str | Sequence[str]) -> DataFrame:
