@@ -358,6 +358,33 @@ def run_prepared(
 SIDE = "_sd_side"
 
 
+def run_bucketed(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    prepared: Sequence[DataFrame],
+    out_schema: T.StructType,
+) -> DataFrame:
+    """Run a one- or two-input kernel once per partition over inputs already in kernel
+    form with their bucket and key hash (:func:`prepare`), e.g. an incremental view's
+    traces and new updates read back from Parquet: repartitioned by their bucket
+    column, the two sides tagged and split again in the worker, as
+    :func:`run_per_partition` and :func:`run_pair_per_partition` do from an
+    :class:`Input`."""
+    spark = prepared[0].sparkSession
+    schema = arrow_schema(spark, out_schema)
+    kernel = fault_hook(spark, kernel)
+    sides = [p.drop(KEY_HASH) for p in prepared]
+    if len(sides) == 1:
+        one = sides[0].repartition(BUCKET).drop(BUCKET)
+        return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
+    a, b = sides
+    cols_a = [c for c in a.columns if c != BUCKET]
+    cols_b = [c for c in b.columns if c != BUCKET]
+    both = a.withColumn(SIDE, F.lit(0)).unionByName(b.withColumn(SIDE, F.lit(1)), allowMissingColumns=True)
+    one = both.repartition(BUCKET).drop(BUCKET)
+    return one.mapInArrow(_pair_per_partition(kernel, params, schema, cols_a, cols_b), out_schema)
+
+
 def run_pair_per_partition(
     kernel: Callable[..., pa.Table],
     params: Any,

@@ -53,8 +53,7 @@ from .execution import (
     Input,
     finish,
     prepare,
-    run_pair_per_partition,
-    run_per_partition,
+    run_bucketed,
     time_fields,
 )
 from .kernels.common import NEW, D, times
@@ -180,10 +179,7 @@ class Run:
             old = self._read(self.traces.get(t, []), p.schema, t, False)
             sides.append(old.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new))
         self.kernel_inputs.append((op, sides))
-        if len(sides) == 1:
-            out = run_per_partition(kernel, params, sides[0], out_schema)
-        else:
-            out = run_pair_per_partition(kernel, params, sides, out_schema)
+        out = run_bucketed(kernel, params, sides, out_schema)
         return finish(out, out_columns, kernel_type)
 
     def _read(self, files: Sequence[str], schema: T.StructType, name: str, new: bool) -> DataFrame:
