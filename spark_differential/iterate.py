@@ -657,7 +657,7 @@ def _packed_in_loop(
         start, out = _pack_merge(slot, out, touched, incoming)
         out, metrics = _observed(out, blobs=F.count(F.when(F.col(BLOB).isNotNull(), 1)), rows=F.count(F.when(now, 1)))
         rows = incoming if metrics is None else metrics["blobs"]  # Spark Connect: the bound estimate
-        _pack_commit(slot, start, out, rows, k)
+        ctx.transient += _pack_commit(slot, start, out, rows, k)
     loop_t = Loop(kernel_type, ctx.loop_id)
     data = [user for _, user in out_columns]
 
@@ -711,12 +711,11 @@ def _pack_merge(slot: Slot, out: DataFrame, touched: DataFrame, incoming: int) -
     return start, merged
 
 
-def _pack_commit(slot: Slot, start: int, out: DataFrame, rows: int, k: Sequence[str]) -> None:
+def _pack_commit(slot: Slot, start: int, out: DataFrame, rows: int, k: Sequence[str]) -> list[DataFrame]:
     """Record the checkpoint ``out`` of :func:`_pack_merge`'s result (its blobs: ``rows``
-    keys, key columns ``k``) as the trace batch replacing ``slot.packed[start:]``, and
-    free those."""
-    for old in slot.packed_src[start:]:
-        _release(old)
+    keys, key columns ``k``) as the trace batch replacing ``slot.packed[start:]``;
+    returns the checkpoints of those (to free once nothing of this iteration reads them)."""
+    retired = slot.packed_src[start:]
     merged = len(slot.packed) - start
     slot.packed[start:] = [out.where(F.col(BLOB).isNotNull()).select(BUCKET, KEY_HASH, *k, BLOB)]
     slot.packed_src[start:] = [out]
@@ -726,6 +725,7 @@ def _pack_commit(slot: Slot, start: int, out: DataFrame, rows: int, k: Sequence[
                   len(slot.packed) + merged, rows)
     else:
         log.debug("dd_iterate: %s's packed trace: %d batches, the newest of %d keys", slot.op, len(slot.packed), rows)
+    return retired
 
 
 
@@ -852,8 +852,7 @@ def _new_batch(ctx: LoopContext, slot: Slot, j: int, new: DataFrame) -> tuple[Da
         merged = union.groupBy(*cols).agg(F.sum(D).cast("long").alias(D)).where(F.col(D) != 0)
         new = new.unionByName(merged.select(*union.columns))
     cp = ctx.materialise(new)
-    for old in slot.trace_src.get(j, [])[start:]:
-        _release(old)
+    ctx.transient += slot.trace_src.get(j, [])[start:]  # read by nothing after this iteration
     trace = _union([*batches[:start], *([cp.where(~F.col(NEW))] if older else [])])
     ctx.drop(sum(weights[start:]))
     batches[start:] = [cp.withColumn(NEW, F.lit(False))]
