@@ -1082,6 +1082,8 @@ def _run_loop(
                 # a packed dd_min's output, counted by its kernel's job and kept in its checkpoint
                 # (moving with its trace batch when merged): no job of its own; the result
                 # reads it there
+                log.debug("dd_iterate: iteration %d: the body's result is consolidated already, counted and kept "
+                          "by its kernel's job", i + 1)
                 slot, changes = held
                 nxt = _stamp(out, data, loop_t, i + 1)
                 slot.resident.append(i)

@@ -145,6 +145,7 @@ def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
 
     if not few:
         monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
+    monkeypatch.setattr(iterate, "BROADCAST_TRACE", 0)  # whatever the trace's size
     check_random_bfs(spark, LATTICES[name], 11, 10)
 
 
