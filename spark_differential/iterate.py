@@ -35,7 +35,12 @@ follows the *differences* at ``i`` (semi-naive):
 * Collections from outside the loop (``edges``) enter at iteration 0 automatically
   (their changes are all at iteration 0).
 * Lineage is cut every iteration (local checkpoints), so hundreds of iterations
-  plan as fast as the first.
+  plan as fast as the first.  Each checkpoint is a Spark job, so an iteration writes
+  its state in few of them: an operator's new trace batch together with the merge of
+  older batches, a packed operator's output and trace blobs together (two filtered
+  views of one checkpoint), and a consolidated packed output counted by that job is
+  the next loop variable as it is.  A body of one join and one reduction runs 2 jobs
+  per iteration (``tests/test_jobs.py``).
 * A top-level loop over a totally ordered time runs in time chunks
   (:mod:`spark_differential.chunks`): each chunk starts from a snapshot of the
   inputs, the chunk is one more key of every operator's state, and a key's trace
