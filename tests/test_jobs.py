@@ -242,12 +242,12 @@ def test_distributed_loop_runs_two_jobs_per_iteration(spark, caplog, name, chunk
     spark.conf.set("spark_differential.iterate.localRows", "0")
     spark.conf.set("spark_differential.iterate.chunkRows", "4" if chunked else "off")
     try:
-        short = _chain_run(spark, caplog, body, 3, chunked)
-        long_ = _chain_run(spark, caplog, body, 9, chunked)
+        short = _chain_run(spark, caplog, body, 2, chunked)
+        long_ = _chain_run(spark, caplog, body, 5, chunked)
     finally:
         spark.conf.unset("spark_differential.iterate.localRows")
         spark.conf.unset("spark_differential.iterate.chunkRows")
-    for length, (_, _, iterations, got) in ((3, short), (9, long_)):
+    for length, (_, _, iterations, got) in ((2, short), (5, long_)):
         assert iterations == length + 1  # one iteration per node of the chain, one that changes nothing
         data = sorted((tuple(v for c, v in r.asDict().items() if c not in ("time", "diff")), r["time"], r["diff"]) for r in got)
         assert data == [((i, i) if name == "bfs" else (i,), 0, 1) for i in range(length + 1)]  # node i at distance i
