@@ -35,7 +35,12 @@ follows the *differences* at ``i`` (semi-naive):
 * Collections from outside the loop (``edges``) enter at iteration 0 automatically
   (their changes are all at iteration 0).
 * Lineage is cut every iteration (local checkpoints), so hundreds of iterations
-  plan as fast as the first.
+  plan as fast as the first.  Each checkpoint is a Spark job, so an iteration writes
+  its state in few of them: an operator's new trace batch together with the merge of
+  older batches, a packed operator's output and trace blobs together (two filtered
+  views of one checkpoint), and a consolidated packed output counted by that job is
+  the next loop variable as it is.  A body of one join and one reduction runs 2 jobs
+  per iteration (``tests/test_jobs.py``).
 * A top-level loop over a totally ordered time runs in time chunks
   (:mod:`spark_differential.chunks`): each chunk starts from a snapshot of the
   inputs, the chunk is one more key of every operator's state, and a key's trace
@@ -106,7 +111,9 @@ _LOOP_IDS = itertools.count(1)
 _LOCAL = threading.local()
 MERGE_RATIO = 2  # a trace batch is merged into the newer ones once it is at most this many times their size
 MAX_BATCHES = 8  # and the oldest ones are merged beyond this many batches per trace
-FEW_CHANGES = 20_000  # at most this many loop changes in an iteration: touched keys are broadcast
+FEW_CHANGES = 20_000  # at most this many loop changes in an iteration: touched keys may be broadcast
+BROADCAST_TRACE = 1_000_000  # ... when the trace they select from holds at least this many rows (estimated)
+ITER = "_sd_it"  # in a packed operator's checkpoint: the iteration of an output row (null: a trace blob)
 GC_SHARE = 0.25  # hint the driver GC once checkpoints dropped since the last hint are this share of all dropped
 
 
@@ -128,24 +135,58 @@ def _checkpoint(df: DataFrame) -> DataFrame:
         raise
 
 
-def _counted(df: DataFrame) -> tuple[DataFrame, int]:
-    """:func:`_checkpoint` and the number of rows, counted by the same job (an observed
-    metric) instead of a second one."""
+def _observed(df: DataFrame, **metrics: Any) -> tuple[DataFrame, dict[str, int] | None]:
+    """:func:`_checkpoint` and aggregate ``metrics`` (columns) of its rows, computed by the
+    same job (observed metrics); ``None`` where the session reports none.
+
+    Spark Connect: a checkpoint is a command, and its reply carries no observed metrics
+    (the Observation stays empty)."""
     from pyspark.sql import Observation
 
     obs = Observation()
     try:
-        observed = df.observe(obs, F.count(F.lit(1)).alias("n"))
+        observed = df.observe(obs, *[c.alias(n) for n, c in metrics.items()])
     except Exception:  # pragma: no cover - a session without observed metrics
-        out = _checkpoint(df)
-        return out, out.count()
+        return _checkpoint(df), None
     out = _checkpoint(observed)
-    metrics = obs.get
-    if "n" not in metrics:
-        # Spark Connect: a checkpoint is a command, and its reply carries no observed
-        # metrics (the Observation stays empty); count the checkpointed rows instead
-        return out, out.count()
-    return out, int(metrics["n"])
+    got = obs.get
+    if any(got.get(n) is None for n in metrics):
+        return out, None
+    return out, {n: int(got[n]) for n in metrics}
+
+
+def _counted(df: DataFrame) -> tuple[DataFrame, int]:
+    """:func:`_checkpoint` and the number of rows, counted by the same job (an observed
+    metric) instead of a second one (Spark Connect: a second one)."""
+    out, metrics = _observed(df, n=F.count(F.lit(1)))
+    return out, (out.count() if metrics is None else metrics["n"])
+
+
+def _broadcast(changes: int, trace_rows: int) -> bool:
+    """Whether to broadcast an iteration's touched keys (``changes`` of them at most) to
+    select a trace's rows (``trace_rows``, estimated) instead of hashing them per partition.
+
+    A broadcast is a Spark job of its own, worth it only when it saves scanning work: a
+    large trace probed by few keys (20 M trace rows, 1,000 touched keys, local[2]:
+    1.8–2.4 s against 3.1–3.7 s).  Small traces take the partition-local hash join, inside
+    the job that reads them."""
+    return changes <= FEW_CHANGES and trace_rows >= BROADCAST_TRACE
+
+
+def _cheap(df: DataFrame) -> bool:
+    """Whether ``df`` only selects and filters checkpointed rows (the loop variable, an
+    operator's output of this iteration kept as a checkpoint): reading it twice costs
+    two scans, not two runs of a kernel.  ``False`` when the plan cannot be inspected
+    (Spark Connect)."""
+    try:
+        tree = df._jdf.queryExecution().analyzed().treeString()
+    except Exception:  # Spark Connect: no JVM plan here
+        return False
+    for line in tree.splitlines():
+        node = line.lstrip(" :+-|").split(" ", 1)[0]
+        if node and node not in ("Project", "Filter", "LogicalRDD", "SubqueryAlias"):
+            return False
+    return True
 
 
 def _release(df: DataFrame) -> None:
@@ -189,22 +230,18 @@ class Slot:
     n_inputs: int
     traces: dict[int, list[DataFrame]] = field(default_factory=dict)
     weights: dict[int, list[int]] = field(default_factory=dict)  # estimated rows of each trace batch
+    trace_src: dict[int, list[DataFrame]] = field(default_factory=dict)  # the checkpoint behind each trace batch
     outer: dict[int, DataFrame] = field(default_factory=dict)
+    outer_rows: dict[int, int] = field(default_factory=dict)
     packed: list[DataFrame] = field(default_factory=list)  # the trace packed per key, in batches (newest last)
     packed_rows: list[int] = field(default_factory=list)  # rows (keys) of each packed batch
+    packed_src: list[DataFrame] = field(default_factory=list)  # the checkpoint behind each packed batch
+    resident: list[int] = field(default_factory=list)  # iterations whose loop variable is its output rows (ITER)
+    emit: Callable[[DataFrame], DataFrame] | None = None  # a packed checkpoint's output rows as the collection
     nested: NestedState | None = None
 
-    def trace(self, j: int) -> DataFrame | None:
-        batches = self.traces.get(j) or []
-        if not batches:
-            return None
-        out = batches[0]
-        for b in batches[1:]:
-            out = out.unionByName(b)
-        return out
-
     def cached(self) -> list[DataFrame]:
-        return [b for bs in self.traces.values() for b in bs] + list(self.outer.values()) + self.packed
+        return [b for bs in self.trace_src.values() for b in bs] + list(self.outer.values()) + self.packed_src
 
 
 @dataclass
@@ -232,6 +269,7 @@ class LoopContext:
         self.captured_now: dict[tuple[int, int], DataFrame] = {}
         self.transient: list[DataFrame] = []  # operator outputs of the current iteration
         self.consolidated: list[DataFrame] = []  # outputs of this iteration known to be consolidated
+        self.resident: list[tuple[DataFrame, Slot, int]] = []  # of those, outputs held by a packed checkpoint, rows
         self.loose = False  # this iteration left materialised data for the driver GC to free
         self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.chunks)
         self.discovering = False  # a first call of the body that only records what enters the loop
@@ -263,6 +301,7 @@ class LoopContext:
         self.iteration = iteration
         self.cursor = 0
         self.consolidated = []
+        self.resident = []
         self.loose = False
 
     def is_consolidated(self, df: DataFrame) -> bool:
@@ -423,21 +462,6 @@ def _semi(trace: DataFrame, touched: DataFrame, few: bool) -> DataFrame:
     return trace.join(touched.hint("shuffle_hash"), [BUCKET, KEY_HASH], "left_semi")
 
 
-def _merge(batches: list[DataFrame]) -> DataFrame:
-    """Consolidate trace batches into one (the in-place compaction of the iteration coordinate).
-
-    The batches share their partitioning by bucket, so the union keeps it and the
-    aggregation runs partition by partition, without a shuffle; the checkpoint keeps
-    the partitioning for the semi-joins and kernels of later iterations.
-    """
-    union = batches[0]
-    for b in batches[1:]:
-        union = union.unionByName(b)
-    cols = [c for c in union.columns if c != "_d"]
-    merged = union.groupBy(*cols).agg(F.sum("_d").cast("long").alias("_d")).where(F.col("_d") != 0)
-    return _checkpoint(merged.select(*union.columns))
-
-
 def _tier_start(weights: Sequence[int]) -> int:
     """The oldest of the batches (sizes ``weights``, newest last) to merge with the newest:
     going back from the newest, an older batch joins while it is at most ``MERGE_RATIO``
@@ -448,26 +472,6 @@ def _tier_start(weights: Sequence[int]) -> int:
         start -= 1
         gathered += weights[start]
     return start
-
-
-def _settle(batches: list[DataFrame], weights: list[int]) -> int:
-    """Merge the newest trace batches in place, size-tiered (as differential dataflow's spine).
-
-    Going back from the newest batch, an older batch joins the merge while it is at most
-    ``MERGE_RATIO`` times the size of the newer batches gathered so far (or while there
-    are more than ``MAX_BATCHES``).  So a large, settled trace is not rewritten for every
-    handful of small iterations, each row is merged O(log iterations) times, and a trace
-    has O(log iterations) batches.  Sizes are estimates (the loop's changes per
-    iteration); they only decide when to merge, never what the trace contains.
-    Returns the estimated rows merged (0: nothing merged).
-    """
-    start = _tier_start(weights)
-    if start == len(batches) - 1:
-        return 0
-    gathered = sum(weights[start:])
-    batches[start:] = [_merge(batches[start:])]
-    weights[start:] = [gathered]
-    return gathered
 
 
 def _keeps_trace(params: Any, in_loop: Sequence[bool]) -> list[bool]:
@@ -609,7 +613,12 @@ def _packed_in_loop(
     touch, and returns its output and those keys' traces with the updates merged in.
     Each key's history is rewritten consolidated whenever it is touched, so the
     trace never holds two blobs of a key that need summing; it is kept in batches,
-    a newer batch's blob of a key replacing the older ones (see :func:`_pack_batch`).
+    a newer batch's blob of a key replacing the older ones (see :func:`_pack_merge`).
+
+    Two jobs: the new updates (read by the kernel, the touched keys and their trace
+    selection), then the kernel's result, output and blobs in one checkpoint
+    partitioned by bucket (a merge of older trace batches, when due, in the same
+    job).  The output and the new trace batch are two filtered views of it.
     """
     from .execution import run_prepared
 
@@ -618,7 +627,6 @@ def _packed_in_loop(
     ctx.transient.append(new)  # read by this iteration's jobs only, then freed at once (no GC hint needed)
     k = keys(params.nkeys)
     cols = [*names("_a", params.ndata), *times(kernel_type.width), D]
-    few = ctx.weight <= FEW_CHANGES
     touched = new.select(BUCKET, KEY_HASH).distinct()
     side = new.withColumn(BLOB, F.lit(None).cast("binary"))
     several = len(slot.packed) > 1
@@ -629,7 +637,7 @@ def _packed_in_loop(
         trace = batches[0]
         for b in batches[1:]:  # co-partitioned by bucket: the union stays so, one semi-join reads all
             trace = trace.unionByName(b)
-        sent = _semi(trace, touched, few=few).select(
+        sent = _semi(trace, touched, few=_broadcast(ctx.weight, sum(slot.packed_rows))).select(
             BUCKET, KEY_HASH, *k, *[F.lit(None).cast("long").alias(c) for c in cols], F.lit(False).alias(NEW), BLOB,
             *([SEQ] if several else []),
         )
@@ -638,59 +646,92 @@ def _packed_in_loop(
     pp = PackedParams(kernel, params, params.nkeys, tuple(cols), arrow_schema(ctx.spark, T.StructType(fields)))
     schema = T.StructType([*fields, T.StructField(BLOB, T.BinaryType(), True)])
     # the kernel never sees _seq: _unpack keeps each key's newest blob and drops it
-    out = ctx.materialise(run_prepared(run_packed, pp, [side], schema, partitions=ctx.nparts))
-    ctx.transient.append(out)
-    result = finish(out.where(F.col(BLOB).isNull()).drop(BLOB), out_columns, kernel_type)
+    out = run_prepared(run_packed, pp, [side], schema, partitions=ctx.nparts)
+    # every row (output and blob) placed by its key's bucket: the blobs are the new trace
+    # batch, which later semi-joins read partition by partition
+    khash = key_hash([F.col(c) for c in k])
+    it = F.when(F.col(BLOB).isNull(), F.lit(ctx.iteration))
+    out = out.select(bucket_of(khash, ctx.nbuckets, ctx.nparts).alias(BUCKET), khash.alias(KEY_HASH), *out.columns,
+                     it.alias(ITER))
+    out = out.repartition(ctx.nparts, BUCKET)
+    now = F.col(ITER) == ctx.iteration
+    if ctx.discovering:
+        out, metrics = ctx.materialise(out), None
+        ctx.transient.append(out)
+    else:
+        start, out = _pack_merge(slot, out, touched, incoming)
+        out, metrics = _observed(out, blobs=F.count(F.when(F.col(BLOB).isNotNull(), 1)), rows=F.count(F.when(now, 1)))
+        rows = incoming if metrics is None else metrics["blobs"]  # Spark Connect: the bound estimate
+        ctx.transient += _pack_commit(slot, start, out, rows, k)
     loop_t = Loop(kernel_type, ctx.loop_id)
-    result = _stamp(result, [user for _, user in out_columns], loop_t, ctx.iteration, time_col=F.col(TIME))
+    data = [user for _, user in out_columns]
+
+    def emit(cp: DataFrame) -> DataFrame:
+        rows = finish(cp.drop(BUCKET, KEY_HASH, BLOB), out_columns, kernel_type)
+        return _stamp(rows, data, loop_t, ctx.iteration, time_col=F.col(TIME))
+
+    slot.emit = emit
+    result = emit(out.where(now))
     if ctx.discovering:
         return result
     if ctx.iteration == 0:
         log.debug("dd_iterate: %s keeps its trace packed, one row per key", params.op)
     if params.agg in ("min", "max") and kernel_type.is_total():
-        # one value per key and time, keys distinct per row: nothing to consolidate
+        # one value per key and time, keys distinct per row: nothing to consolidate; with
+        # its number of rows counted by the job above, it can be the loop variable as it is
         ctx.consolidated.append(result)
-    khash = key_hash([F.col(c) for c in k])
-    back = out.where(F.col(BLOB).isNotNull()).select(
-        bucket_of(khash, ctx.nbuckets, ctx.nparts).alias(BUCKET), khash.alias(KEY_HASH), *k, BLOB
-    ).repartition(ctx.nparts, BUCKET)
-    _pack_batch(slot, back, touched, incoming)
+        if metrics is not None:
+            ctx.resident.append((result, slot, metrics["rows"]))
     return result
 
 
-def _pack_batch(slot: Slot, back: DataFrame, touched: DataFrame, incoming: int) -> None:
-    """Add the touched keys' new blobs (``back``) to a packed trace, merging batches size-tiered.
+def _pack_merge(slot: Slot, out: DataFrame, touched: DataFrame, incoming: int) -> tuple[int, DataFrame]:
+    """The packed kernel's result (``out``: output rows and the touched keys' new blobs),
+    with the older trace batches it merges with, size-tiered: ``(start, rows)``, where
+    the new batch replaces ``slot.packed[start:]`` (``start == len(slot.packed)``: a
+    batch of its own).
 
-    The new blobs are a batch of their own unless :func:`_tier_start` merges older
-    batches into them (``incoming``, the rows sent to the kernel, bounds the new
+    :func:`_tier_start` decides (``incoming``, the rows sent to the kernel, bounds the new
     batch's keys).  A merge keeps, of every older batch, the keys no newer batch has
     (by key hash: any key hashing like a touched key was sent to the kernel and is in
     the new batch).  So the tail of a loop, touching few keys, writes small batches
     instead of rewriting the whole trace every iteration.  Empty blobs (keys whose
-    updates cancelled) shadow older batches; a merge reaching the oldest drops them.
+    updates cancelled) shadow older batches; a batch reaching the oldest drops them.
+    Everything stays partitioned by bucket (a union of co-partitioned inputs), so the
+    merge runs in the kernel's job.  Output rows that are the loop variable of their
+    iteration (``slot.resident``) move into the new batch with the blobs: the loop's
+    result reads them where they are (see :func:`_run_loop`).
     """
     weights = [*slot.packed_rows, max(1, incoming)]
     start = _tier_start(weights)
-    if start == len(slot.packed):
-        batch, rows = _counted(back if slot.packed else back.where(F.length(BLOB) > 0))
-        slot.packed.append(batch)
-        slot.packed_rows.append(rows)
-        log.debug("dd_iterate: %s's packed trace: %d batches, the newest of %d keys", slot.op, len(slot.packed), rows)
-        return
-    merged, seen, seen_rows = back, touched, incoming
-    for batch, rows in zip(reversed(slot.packed[start:]), reversed(slot.packed_rows[start:])):
-        probe = F.broadcast(seen) if seen_rows <= FEW_CHANGES else seen.hint("shuffle_hash")
-        merged = merged.unionByName(batch.join(probe, [BUCKET, KEY_HASH], "left_anti"))
+    merged, seen, seen_rows = out, touched, incoming
+    for batch, src, rows in zip(*(reversed(x[start:]) for x in (slot.packed, slot.packed_src, slot.packed_rows))):
+        probe = F.broadcast(seen) if _broadcast(seen_rows, rows) else seen.hint("shuffle_hash")
+        merged = merged.unionByName(batch.join(probe, [BUCKET, KEY_HASH], "left_anti"), allowMissingColumns=True)
+        if slot.resident:  # loop variables kept in the batch move with it
+            merged = merged.unionByName(src.where(F.col(ITER).isin(slot.resident)))
         seen, seen_rows = seen.unionByName(batch.select(BUCKET, KEY_HASH)), seen_rows + rows
     if start == 0:
-        merged = merged.where(F.length(BLOB) > 0)
-    batch, rows = _counted(merged)
-    for old in slot.packed[start:]:
-        _release(old)
-    log.debug("dd_iterate: %s's packed trace: %d of %d batches merged, %d keys", slot.op,
-              len(slot.packed) - start + 1, len(slot.packed) + 1, rows)
-    slot.packed[start:] = [batch]
+        merged = merged.where(F.col(BLOB).isNull() | (F.length(BLOB) > 0))
+    return start, merged
+
+
+def _pack_commit(slot: Slot, start: int, out: DataFrame, rows: int, k: Sequence[str]) -> list[DataFrame]:
+    """Record the checkpoint ``out`` of :func:`_pack_merge`'s result (its blobs: ``rows``
+    keys, key columns ``k``) as the trace batch replacing ``slot.packed[start:]``;
+    returns the checkpoints of those (to free once nothing of this iteration reads them)."""
+    retired = slot.packed_src[start:]
+    merged = len(slot.packed) - start
+    slot.packed[start:] = [out.where(F.col(BLOB).isNotNull()).select(BUCKET, KEY_HASH, *k, BLOB)]
+    slot.packed_src[start:] = [out]
     slot.packed_rows[start:] = [rows]
+    if merged:
+        log.debug("dd_iterate: %s's packed trace: %d of %d batches merged, %d keys", slot.op, merged + 1,
+                  len(slot.packed) + merged, rows)
+    else:
+        log.debug("dd_iterate: %s's packed trace: %d batches, the newest of %d keys", slot.op, len(slot.packed), rows)
+    return retired
+
 
 
 def stateful_in_loop(
@@ -730,21 +771,26 @@ def stateful_in_loop(
         return _packed_in_loop(ctx, slot, kernel, params, inp, out_fields, out_columns, kernel_type)
     news: list[DataFrame | None] = []
     traces: list[DataFrame | None] = []
-    pending: list[tuple[int, DataFrame]] = []
     keep = _keeps_trace(params, [e.loop_id == ctx.loop_id for e in entries])
     pairs = chunks is not None and _joins_outer(params, entries, ctx.loop_id)
     ctx.loose = ctx.loose or not pairs
+    trace_rows = 0
     for j, (inp, e) in enumerate(zip(inputs, entries)):
         if e.loop_id == ctx.loop_id:
             if chunks is not None:
                 inp = _with_chunk(inp, chunks, mode, kernel_type, outer=False)
             new = prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET)
-            if not pairs:  # read once by the pair join; otherwise by the kernel, the touched keys and the trace
-                new = ctx.materialise(new)
-            news.append(new)
-            traces.append(slot.trace(j) if keep[j] else None)
             if keep[j]:
-                pending.append((j, new))
+                new, trace = _new_batch(ctx, slot, j, new)
+                trace_rows += sum(slot.weights[j])
+            elif not pairs and not _cheap(inp.df):
+                # read by the kernel and the touched keys: computed once (a cheap input,
+                # e.g. the loop variable itself, is read twice instead: no job of its own)
+                new, trace = ctx.materialise(new), None
+            else:
+                trace = None
+            news.append(new)
+            traces.append(trace)
             continue
         if j not in slot.outer:
             if e.loop_id is not None:  # captured from the enclosing loop: use its accumulation
@@ -758,17 +804,19 @@ def stateful_in_loop(
             # where it enters the in-task loop (local_loop.run): the same NullValueError on both paths
             full = prepare(inp, ctx.nbuckets, ctx.nparts, op="dd_iterate").withColumn(NEW, F.lit(False))
             full = full.repartition(ctx.nparts, BUCKET)
-            slot.outer[j] = ctx.materialise(_rows_per_key(full, params.nkeys, ctx.nparts) if pairs else full)
+            full = _rows_per_key(full, params.nkeys, ctx.nparts) if pairs else full
+            slot.outer[j], slot.outer_rows[j] = (_cache(full), 0) if ctx.discovering else _counted(full)
             if pairs and not ctx.discovering:
                 log.debug("dd_iterate: %s keeps the outer collection one row per key", op)
         full = slot.outer[j]
+        trace_rows += slot.outer_rows[j]
         if ctx.iteration == 0:
             news.append(full.withColumn(NEW, F.lit(True)))
             traces.append(None)
         else:
             news.append(None)
             traces.append(full)
-    few = ctx.weight <= FEW_CHANGES
+    few = _broadcast(ctx.weight, trace_rows)
     if pairs:
         small = next(j for j, e in enumerate(entries) if e.loop_id == ctx.loop_id)
         sides = [n if n is not None else t for n, t in zip(news, traces)]
@@ -780,14 +828,52 @@ def stateful_in_loop(
     loop_t = Loop(kernel_type, ctx.loop_id)
     data = [user for _, user in out_columns]
     # computed when the iteration's result is materialised (consumers cache what they keep)
-    result = _stamp(result, data, loop_t, ctx.iteration, time_col=F.col(TIME))
-    for j, new in pending:
-        batches = slot.traces.setdefault(j, [])
-        weights = slot.weights.setdefault(j, [])
-        batches.append(new.withColumn(NEW, F.lit(False)))
-        weights.append(max(1, ctx.weight))
-        ctx.drop(_settle(batches, weights))
-    return result
+    return _stamp(result, data, loop_t, ctx.iteration, time_col=F.col(TIME))
+
+
+def _new_batch(ctx: LoopContext, slot: Slot, j: int, new: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+    """Materialise input ``j``'s new updates as the newest batch of its trace: ``(new
+    updates, the trace before them)`` for this iteration's kernel.
+
+    One job: when :func:`_tier_start` merges older batches into the new one (as
+    differential dataflow's spine: each row merged O(log iterations) times, O(log
+    iterations) batches per trace), they are consolidated in place by the same job
+    that materialises the new updates, into the same checkpoint (all partitioned by
+    bucket: the union stays so, the aggregation runs partition by partition).  The new
+    batch is that whole checkpoint (updates flagged ``_new`` false), the new updates
+    its rows flagged true.  Sizes are estimates (the loop's changes per iteration);
+    they only decide when to merge, never what the trace holds.
+    """
+    batches = slot.traces.setdefault(j, [])
+    weights = slot.weights.setdefault(j, [])
+    weight = max(1, ctx.weight)
+    start = _tier_start([*weights, weight]) if not ctx.discovering else len(batches)
+    older = batches[start:]
+    if older:
+        union = older[0]
+        for b in older[1:]:
+            union = union.unionByName(b)
+        cols = [c for c in union.columns if c != D]
+        merged = union.groupBy(*cols).agg(F.sum(D).cast("long").alias(D)).where(F.col(D) != 0)
+        new = new.unionByName(merged.select(*union.columns))
+    cp = ctx.materialise(new)
+    ctx.transient += slot.trace_src.get(j, [])[start:]  # read by nothing after this iteration
+    trace = _union([*batches[:start], *([cp.where(~F.col(NEW))] if older else [])])
+    ctx.drop(sum(weights[start:]))
+    batches[start:] = [cp.withColumn(NEW, F.lit(False))]
+    slot.trace_src.setdefault(j, [])[start:] = [cp]
+    weights[start:] = [sum(weights[start:]) + weight]
+    return (cp.where(F.col(NEW)) if older else cp), trace
+
+
+def _union(dfs: Sequence[DataFrame]) -> DataFrame | None:
+    """The union (by name) of ``dfs``; ``None`` for none."""
+    if not dfs:
+        return None
+    out = dfs[0]
+    for df in dfs[1:]:
+        out = out.unionByName(df)
+    return out
 
 
 def concat_in_loop(op: str, dfs: Sequence[DataFrame], schemas: Sequence[CollectionSchema], entries: Sequence[Entry], target: TimeType) -> DataFrame:
@@ -996,7 +1082,17 @@ def _run_loop(
             raw = body(v)
             out = _check_body_output(raw, cs, loop_t)
             ctx.end()
-            if i > 0 and ctx.is_consolidated(raw):  # e.g. a dd_min's output: no shuffle
+            held = next(((slot, n) for r, slot, n in ctx.resident if r is raw), None) if i > 0 else None
+            if held is not None:
+                # a packed dd_min's output, counted by its kernel's job and kept in its checkpoint
+                # (moving with its trace batch when merged): no job of its own; the result
+                # reads it there
+                log.debug("dd_iterate: iteration %d: the body's result is consolidated already, counted and kept "
+                          "by its kernel's job", i + 1)
+                slot, changes = held
+                nxt = _stamp(out, data, loop_t, i + 1)
+                slot.resident.append(i)
+            elif i > 0 and ctx.is_consolidated(raw):  # e.g. a dd_min's output: no shuffle
                 log.debug("dd_iterate: iteration %d: the body's result is consolidated already", i + 1)
                 nxt, changes = _counted(_stamp(out, data, loop_t, i + 1))
             else:
@@ -1017,9 +1113,13 @@ def _run_loop(
             i += 1
             if max_iterations is not None and i >= max_iterations:
                 raise IterationLimitExceeded.of(max_iterations, i, changes)
-            parts.append(_strip(nxt, cs))
-            kept.append(nxt)
+            if held is None:
+                parts.append(_strip(nxt, cs))
+                kept.append(nxt)
             v = nxt
+        for slot in ctx.slots:  # loop variables held in packed checkpoints (freed by ctx.release)
+            if slot.resident and slot.emit is not None:
+                parts += [_strip(slot.emit(src.where(F.col(ITER).isin(slot.resident))), cs) for src in slot.packed_src]
         result = parts[0]
         for p in parts[1:]:
             result = result.unionByName(p)

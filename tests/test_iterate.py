@@ -145,6 +145,7 @@ def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
 
     if not few:
         monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
+    monkeypatch.setattr(iterate, "BROADCAST_TRACE", 0)  # whatever the trace's size
     check_random_bfs(spark, LATTICES[name], 11, 10)
 
 
@@ -383,7 +384,7 @@ def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
 
 
 def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
-    """A packed trace kept in batches (``iterate._pack_batch``): appended while small,
+    """A packed trace kept in batches (``iterate._pack_merge``, ``_pack_commit``): appended while small,
     merged size-tiered; read back with each key's newest blob winning, it always holds
     exactly the latest blob of every key, and an empty blob (a key whose updates
     cancelled) hides the key's older blobs until a merge reaching the oldest batch drops
@@ -414,7 +415,10 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
         monkeypatch.setattr(it, "MERGE_RATIO", ratio)
         monkeypatch.setattr(it, "MAX_BATCHES", most)
         back, touched = blobs(kv)
-        it._pack_batch(slot, back, touched, len(kv))
+        start, merged = it._pack_merge(slot, back, touched, len(kv))
+        batch, rows = it._counted(merged)
+        for old in it._pack_commit(slot, start, batch, rows, ["_k0"]):
+            it._release(old)
 
     slot = it.Slot("dd_min", 1)
     step(slot, {1: "a", 2: "b", 3: ""}, 2, 8)  # the first batch drops empty blobs

@@ -210,3 +210,66 @@ def test_seed_001_worked_example_in_at_most_three_jobs(spark):
     got = sorted(((r["node"], r["dist"]), r["time"], r["diff"]) for r in rows)
     assert got == sorted(SEED_001_DISTS)
     assert call.jobs == 1 and action.jobs == 1, (call, action)
+
+
+def _reach_semi(edges, roots):
+    """Nodes reachable from ``roots``: a body of one ``dd_semijoin`` and one ``dd_distinct``."""
+    e = edges.withColumnRenamed("src", "node")
+    start = roots.select("node", "time", "diff")
+
+    def step(r):
+        return (
+            e.dd_semijoin(r, on="node")
+            .select(F.col("dst").alias("node"), "time", "diff")
+            .dd_concat(start, consolidate=False)
+            .dd_distinct()
+        )
+
+    return start.dd_iterate(step)
+
+
+def _chain_run(spark, caplog, body, length: int, chunked: bool):
+    """``body`` over a chain ``0 → 1 → … → length`` (one more node per iteration) on the
+    distributed path; with ``chunked``, unreachable edges change at 20 later times and the
+    loop runs in time chunks.  Returns (jobs, tasks, iterations, rows)."""
+    rows = [(i, i + 1, 0, 1) for i in range(length)]
+    rows += [(100 + t % 3, 200 + t % 5, t, 1 if t % 2 else -1) for t in range(1, 21)] if chunked else []
+    edges = spark.createDataFrame(rows, "src long, dst long, time long, diff long").localCheckpoint()
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long").localCheckpoint()
+    caplog.clear()
+    with count_jobs(spark) as c:
+        out = body(edges, roots)
+    got = out.collect()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("time chunks" in m for m in messages) == chunked, messages
+    iterations = sum("changes (" in m for m in messages)
+    return c.jobs, c.tasks, iterations, got
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["unsliced", "time-chunks"])
+@pytest.mark.parametrize("name", ["bfs", "reach_semijoin"])
+def test_distributed_loop_runs_two_jobs_per_iteration(spark, caplog, name, chunked):
+    """Issue 20: on the distributed path (``localRows=0``) an iteration of a body with one
+    join and one reduction runs 2 Spark jobs (BFS: ``dd_join`` + ``dd_min``; reach:
+    ``dd_semijoin`` + ``dd_distinct``), with and without time chunks: the difference
+    between two runs whose iteration counts differ, per iteration, so the fixed part
+    (roots, chunk planning, the result) drops out.  Merges of trace batches happen in
+    the same jobs."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    body = bfs if name == "bfs" else _reach_semi
+    spark.conf.set("spark_differential.iterate.localRows", "0")
+    spark.conf.set("spark_differential.iterate.chunkRows", "4" if chunked else "off")
+    try:
+        short = _chain_run(spark, caplog, body, 2, chunked)
+        long_ = _chain_run(spark, caplog, body, 5, chunked)
+    finally:
+        spark.conf.unset("spark_differential.iterate.localRows")
+        spark.conf.unset("spark_differential.iterate.chunkRows")
+    for length, (_, _, iterations, got) in ((2, short), (5, long_)):
+        assert iterations == length + 1  # one iteration per node of the chain, one that changes nothing
+        data = sorted((tuple(v for c, v in r.asDict().items() if c not in ("time", "diff")), r["time"], r["diff"]) for r in got)
+        assert data == [((i, i) if name == "bfs" else (i,), 0, 1) for i in range(length + 1)]  # node i at distance i
+    per_iteration = (long_[0] - short[0]) / (long_[2] - short[2])
+    assert per_iteration == 2, (short, long_)
