@@ -174,7 +174,24 @@ def test_threads_setting_must_be_positive(spark) -> None:
             local_loop.threads_setting(spark)
     finally:
         spark.conf.unset(local_loop.THREADS_CONF)
-    assert local_loop.threads_setting(spark) == local_loop.DEFAULT_THREADS
+    assert local_loop.threads_setting(spark) == local_loop.default_threads(spark)
+
+
+def test_threads_default_uses_a_local_masters_cores_only() -> None:
+    import os
+
+    assert local_loop.threads_setting(_Session("local[2]")) == 2
+    assert local_loop.threads_setting(_Session("local[16]")) == local_loop.MAX_LOCAL_THREADS
+    assert local_loop.threads_setting(_Session("local[3, 2]")) == 3
+    assert local_loop.threads_setting(_Session("local")) == local_loop.DEFAULT_THREADS
+    assert local_loop.threads_setting(_Session("local[*]")) == max(1, min(os.cpu_count() or 1, local_loop.MAX_LOCAL_THREADS))
+    # other tasks may run on a cluster executor's other cores: one thread unless asked
+    for master in ("local-cluster[2,1,1024]", "yarn", "spark://host:7077"):
+        assert local_loop.threads_setting(_Session(master)) == local_loop.DEFAULT_THREADS
+    assert local_loop.threads_setting(_Session("yarn", {local_loop.THREADS_CONF: "3"})) == 3
+    # the default's threads wait for enough rows; an explicit setting is taken as it is
+    assert local_loop.thread_min_rows(_Session("local[2]")) == local_loop.THREAD_MIN_ROWS
+    assert local_loop.thread_min_rows(_Session("local[2]", {local_loop.THREADS_CONF: "2"})) == 0
 
 
 class _Conf:
