@@ -316,11 +316,25 @@ def run_per_partition(
     Three DataFrames (select, repartition, ``mapInArrow``): each costs the JVM an
     analysis of the plan and PySpark a few py4j round trips, the fixed cost of an
     operator's call on a small input (see docs/performance.md)."""
-    spark = inp.df.sparkSession
+    one = _by_bucket(inp.df.select(*_kernel_columns(inp, op)[1]), inp)
+    return _in_tasks(kernel, params, one, out_schema)
+
+
+def _in_tasks(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    one: DataFrame,
+    out_schema: T.StructType,
+    sides: tuple[list[str], list[str]] | None = None,
+) -> DataFrame:
+    """``kernel`` once per partition of ``one`` (kernel form, already placed by bucket):
+    one input, or two tagged by :data:`SIDE` whose columns are ``sides``."""
+    spark = one.sparkSession
     schema = arrow_schema(spark, out_schema)
     kernel = fault_hook(spark, kernel)
-    one = _by_bucket(inp.df.select(*_kernel_columns(inp, op)[1]), inp)
-    return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
+    if sides is None:
+        return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
+    return one.mapInArrow(_pair_per_partition(kernel, params, schema, *sides), out_schema)
 
 
 def run_prepared(
@@ -370,19 +384,13 @@ def run_bucketed(
     column, the two sides tagged and split again in the worker, as
     :func:`run_per_partition` and :func:`run_pair_per_partition` do from an
     :class:`Input`."""
-    spark = prepared[0].sparkSession
-    schema = arrow_schema(spark, out_schema)
-    kernel = fault_hook(spark, kernel)
     sides = [p.drop(KEY_HASH) for p in prepared]
     if len(sides) == 1:
-        one = sides[0].repartition(BUCKET).drop(BUCKET)
-        return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
+        return _in_tasks(kernel, params, sides[0].repartition(BUCKET).drop(BUCKET), out_schema)
     a, b = sides
-    cols_a = [c for c in a.columns if c != BUCKET]
-    cols_b = [c for c in b.columns if c != BUCKET]
+    cols = ([c for c in a.columns if c != BUCKET], [c for c in b.columns if c != BUCKET])
     both = a.withColumn(SIDE, F.lit(0)).unionByName(b.withColumn(SIDE, F.lit(1)), allowMissingColumns=True)
-    one = both.repartition(BUCKET).drop(BUCKET)
-    return one.mapInArrow(_pair_per_partition(kernel, params, schema, cols_a, cols_b), out_schema)
+    return _in_tasks(kernel, params, both.repartition(BUCKET).drop(BUCKET), out_schema, cols)
 
 
 def run_pair_per_partition(
@@ -399,13 +407,10 @@ def run_pair_per_partition(
     Replaces ``cogroup(...).applyInArrow``, which calls the kernel once per bucket
     (each call paying DuckDB's fixed cost) and sorts both sides by bucket."""
     ia, ib = inputs
-    spark = ia.df.sparkSession
-    schema = arrow_schema(spark, out_schema)
-    kernel = fault_hook(spark, kernel)
     a = ia.df.select(*_kernel_columns(ia, op)[1], F.lit(0).alias(SIDE))
     b = ib.df.select(*_kernel_columns(ib, op)[1], F.lit(1).alias(SIDE))
     one = _by_bucket(a.unionByName(b, allowMissingColumns=True), ia)
-    return one.mapInArrow(_pair_per_partition(kernel, params, schema, kernel_names(ia), kernel_names(ib)), out_schema)
+    return _in_tasks(kernel, params, one, out_schema, (kernel_names(ia), kernel_names(ib)))
 
 
 def _pair_per_partition(

@@ -796,15 +796,13 @@ class IncrementalView:
         for slot, operator in enumerate(run.operators):
             for side, schema in enumerate(operator.inputs):
                 t = _traces.tag(slot, side)
-                files = list(old_traces.get(t, []))
-                more = 1 if t in run.added else 0
-                if files and len(files) + more > self.compact_every:
-                    merged = _traces.advanced(self._read(files, schema, t), ttype, new_front)
-                    wide = wide.unionByName(_tagged(merged, f"{t}c", t, schema), allowMissingColumns=True)
-                    files = [_part(directory, f"{t}c")]
-                if more:
-                    files.append(run.added[t])
-                traces[t] = files
+                old = old_traces.get(t, [])
+                traces[t], merged = self._roll(
+                    old, run.added.get(t), directory, t, schema,
+                    lambda old=old, t=t, schema=schema: _traces.advanced(self._read(old, schema, t), ttype, new_front),
+                )
+                if merged is not None:
+                    wide = wide.unionByName(merged, allowMissingColumns=True)
         wide.write.partitionBy(KIND).parquet(self._files.join(directory, "data"))
         present = {f"{directory}/data/{name}" for name in self._files.listdir(self._files.join(directory, "data"))}
         return _Written(
@@ -818,6 +816,31 @@ class IncrementalView:
             pending_files=[p for p in [_part(directory, "p")] if p in present],
             operators=tuple(run.operators),
         )
+
+    def _roll(
+        self,
+        old: Sequence[str],
+        new: str | None,
+        directory: str,
+        tag: str,
+        schema: T.StructType,
+        merge: Callable[[], DataFrame],
+        force: bool = False,
+    ) -> tuple[list[str], DataFrame | None]:
+        """A stored collection's files in this version: ``old`` (its last merge and the deltas
+        since) merged into one file ``<tag>c`` of ``directory`` once there would be more than
+        ``compact_every`` (or when ``force``), then ``new`` (this version's file, if any).
+
+        Returns the files and, when a merge is due, the merged rows (``merge()``) tagged for
+        the version's write."""
+        files = list(old)
+        merged = None
+        if files and (len(files) + (new is not None) > self.compact_every or force):
+            merged = _tagged(merge(), f"{tag}c", tag, schema)
+            files = [_part(directory, f"{tag}c")]
+        if new is not None:
+            files.append(new)
+        return files, merged
 
     def _write_stage1(
         self,
@@ -876,26 +899,25 @@ class IncrementalView:
         complete = ready.where(~in_future(ready, ttype, new_front)).select(*cols)
 
         parts = [_tagged(complete, "o", "o", out_schema)]
-        emitted = list(emitted_old)
-        if len(emitted_old) + 1 > self.compact_every:
-            merged = _advance(self._read(emitted_old, out_schema, "o"), ttype, new_front).select(*cols)
-            parts.append(_tagged(merged, "oc", "o", out_schema))
-            emitted = [_part(directory, "oc")]
-        emitted.append(_part(directory, "o"))
+        emitted, merged = self._roll(
+            emitted_old, _part(directory, "o"), directory, "o", out_schema,
+            lambda: _advance(self._read(emitted_old, out_schema, "o"), ttype, new_front).select(*cols),
+        )
+        if merged is not None:
+            parts.append(merged)
         files: dict[str, list[str]] = {}
         for n in names:
             pre, schema = prefixes[n], schemas[n]
-            files[n] = list(old_files[n])
-            more = 1 if n in fresh else 0
-            if old_files[n] and (
-                len(old_files[n]) + more > self.compact_every or (state is not None and compacted != state.compacted)
-            ):
+
+            def merge_input(n: str = n, pre: str = pre, schema: T.StructType = schema) -> DataFrame:
                 stored = self._read(old_files[n], schema, pre)
                 merged_in = _advance(stored, ttype, new_front) if compacted else _consolidate(stored)
-                parts.append(_tagged(merged_in.select(*[f.name for f in schema.fields]), f"{pre}c", pre, schema))
-                files[n] = [_part(directory, f"{pre}c")]
-            if n in fresh:
-                files[n].append(fresh[n])
+                return merged_in.select(*[f.name for f in schema.fields])
+
+            files[n], merged = self._roll(old_files[n], fresh.get(n), directory, pre, schema, merge_input,
+                                          force=state is not None and compacted != state.compacted)
+            if merged is not None:
+                parts.append(merged)
         wide = parts[0]
         for part in parts[1:]:
             wide = wide.unionByName(part, allowMissingColumns=True)
