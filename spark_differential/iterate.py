@@ -102,6 +102,7 @@ from .kernels.packed import run as run_packed
 from .kernels.reduce import ReduceParams, ThresholdParams
 from .lattice import LOOP_OUTER, Loop, TimeType, Total
 from .scope import Entry, enter_column
+from .session import release_at_exit
 
 pa = lazy("pyarrow")
 
@@ -126,6 +127,7 @@ def _stack() -> list[LoopContext]:
 
 def _checkpoint(df: DataFrame) -> DataFrame:
     """Materialise ``df`` on the executors and cut its lineage."""
+    release_at_exit(df)  # Spark Connect: the checkpoint's __del__ must not run at interpreter shutdown
     try:
         return df.localCheckpoint(eager=True)
     except Exception as e:

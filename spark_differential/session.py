@@ -9,13 +9,17 @@ suits the machine.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import warnings
+import weakref
 from typing import Any
 
 from .errors import EnvironmentError_
@@ -152,6 +156,7 @@ def _connect_session(remote: str, app_name: str, extra: dict[str, str]) -> Any:
     from .registration import register
 
     register(METHODS, connect=True)  # now that the Connect client is loaded: check its DataFrame class too
+    release_at_exit(spark)
     if local and not started:
         from pyspark import SparkContext
 
@@ -169,3 +174,42 @@ def is_connect(obj: Any) -> bool:
 def _connect_safe(conf: dict[str, str]) -> dict[str, str]:
     """Spark Connect refuses static configuration; keep only runtime SQL settings."""
     return {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
+
+
+_EXIT_LOCK = threading.Lock()
+_EXIT_SESSIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+_EXIT_REGISTERED = False
+
+
+def release_at_exit(obj: Any) -> None:
+    """Make a Spark Connect session (or a DataFrame's session) safe to leave at exit.
+
+    A checkpointed Connect DataFrame (``localCheckpoint``, which ``dd_iterate`` uses)
+    releases its server-side copy in ``__del__`` with a gRPC call.  When that
+    ``__del__`` runs during interpreter shutdown, gRPC can no longer start its thread
+    and the process hangs for minutes after the script's last line (pyspark 4).  So
+    at exit, while threads still work, this releases every unreachable such
+    DataFrame (``gc.collect()``) and then closes the registered sessions' clients,
+    which turns the remaining ``__del__`` calls into no-ops (the server drops what a
+    closed session held).  Classic sessions are left alone; calling this again is
+    free.
+    """
+    spark = getattr(obj, "sparkSession", obj)
+    if not is_connect(spark):
+        return
+    global _EXIT_REGISTERED
+    with _EXIT_LOCK:
+        _EXIT_SESSIONS.add(spark)
+        if not _EXIT_REGISTERED:
+            atexit.register(_release_connect_sessions)
+            _EXIT_REGISTERED = True
+
+
+def _release_connect_sessions() -> None:
+    gc.collect()
+    for spark in list(_EXIT_SESSIONS):
+        try:
+            if not spark.client.is_closed:
+                spark.client.close()
+        except Exception as e:  # noqa: BLE001 - best effort at exit
+            log.debug("closing a Spark Connect client at exit failed: %s", e)

@@ -14,6 +14,8 @@
   runs without failures and of the oracle.
 * A classic process refuses a local Spark Connect server with a named error, and
   the Connect pass of ``./dev test`` really runs on Spark Connect.
+* A Spark Connect script whose loop checkpointed DataFrames exits when its last line
+  ends (it used to hang at interpreter shutdown).
 
 Every answer is checked against the oracle (``tests/oracle.py``): since the
 consolidated form is unique, equal to the oracle means identical rows.
@@ -191,3 +193,53 @@ def test_the_fault_switch_fails_jobs_without_retries(spark):
     with pytest.raises(Exception, match="InjectedFault"):
         failing.collect()
     assert sorted(rows_of(df.dd_count("k"))) == [((1, 1), 0, 1), ((1, 1), 2, -1), ((1, 2), 2, 1)]
+
+
+EXIT_SCRIPT = """
+import sys
+import spark_differential as sd
+from spark_differential.algorithms import bfs
+spark = sd.session(remote="local[2]")
+edges = spark.createDataFrame([(0, 1, 0, 1), (1, 2, 0, 1), (2, 3, 1, 1), (0, 3, 2, 1), (2, 3, 3, -1)],
+                              "src long, dst long, time long, diff long")
+roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+result = bfs(edges, roots)  # held to the end: a checkpointed Connect DataFrame
+print("ROWS", sorted(tuple(r) for r in result.collect()), flush=True)
+print("DONE", flush=True)
+"""
+
+
+def test_a_spark_connect_script_with_a_loop_exits_when_it_ends():
+    """A Connect DataFrame from ``localCheckpoint`` (the distributed loop's) releases its
+    server copy in ``__del__`` over gRPC; run at interpreter shutdown, that call hung the
+    process for minutes after its last line.  ``session.release_at_exit`` releases them
+    while threads still work and closes the client: the script exits at once."""
+    import time
+
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("SD_TEST_SESSION", None)
+    env.pop("SPARK_REMOTE", None)
+    proc = subprocess.Popen([sys.executable, "-c", EXIT_SCRIPT], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("DONE"):
+                break
+        done = time.monotonic()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the script was still running {time.monotonic() - done:.0f} s after its last line")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(lines)[-2000:]
+    rows = next(x for x in lines if x.startswith("ROWS "))
+    got = [((n, d), t, r) for n, d, t, r in eval(rows[len("ROWS "):])]  # noqa: S307 - our own script's repr
+    edges = Coll(("src", "dst"), [((0, 1), 0, 1), ((1, 2), 0, 1), ((2, 3), 1, 1), ((0, 3), 2, 1), ((2, 3), 3, -1)])
+    roots = Coll(("node",), [((0,), 0, 1)])
+    assert_updates_equal(got, ref_bfs(edges, roots, Total()).updates)
