@@ -256,6 +256,45 @@ def lift(df: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFram
 # -- files -----------------------------------------------------------------------------
 
 
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
+
+
+def _client_local_path(spark: Any, root: str) -> str:
+    """``root`` as a path of this machine, for a Spark Connect session's view.
+
+    On Spark Connect the client writes the manifests and the server's executors the
+    Parquet files: both must see one filesystem, so the server must run on this
+    machine and ``root`` be a local path.  Anything else would split the state over
+    two filesystems, which is refused here, before any job."""
+    scheme, sep, rest = root.partition("://")
+    if sep and scheme != "file":
+        raise IncrementalStateError(
+            f"sd.incremental: on a Spark Connect session the view's state must be on this machine's "
+            f"filesystem (the client writes its manifests), but path {root!r} is a {scheme}:// URI. Use a "
+            "local path, or a classic session (its state goes through Hadoop's FileSystem, so HDFS, S3A, "
+            "ABFS... work)."
+        )
+    if sep:
+        root = "/" + rest.lstrip("/")
+    elif root.startswith("file:"):
+        root = root[len("file:"):]
+    host = ""
+    try:
+        host = str(spark.client.host)
+    except Exception:  # noqa: BLE001 - not a Connect client we know: nothing to check
+        return root
+    import socket
+
+    if host and host not in _LOCAL_HOSTS and host not in {socket.gethostname(), socket.getfqdn()}:
+        raise IncrementalStateError(
+            f"sd.incremental: this Spark Connect session's server runs on {host!r}, not on this machine. "
+            "The view's manifests are written by the client and its Parquet files by the server, so they "
+            "would land on two filesystems. Run the view where the server runs (a Connect client on the "
+            "server's host, or a classic session)."
+        )
+    return root
+
+
 class _Files:
     """The few file operations the state needs, on the filesystem Spark resolves ``root`` with.
 
@@ -278,7 +317,7 @@ class _Files:
             self._fs = p.getFileSystem(self._conf)
             self.root = str(self._fs.makeQualified(p).toString()).rstrip("/")
         else:
-            self.root = os.path.abspath(root)
+            self.root = os.path.abspath(_client_local_path(spark, root))
 
     def join(self, *parts: str) -> str:
         return "/".join([self.root, *parts])

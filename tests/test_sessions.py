@@ -243,3 +243,38 @@ def test_a_spark_connect_script_with_a_loop_exits_when_it_ends():
     edges = Coll(("src", "dst"), [((0, 1), 0, 1), ((1, 2), 0, 1), ((2, 3), 1, 1), ((0, 3), 2, 1), ((2, 3), 3, -1)])
     roots = Coll(("node",), [((0,), 0, 1)])
     assert_updates_equal(got, ref_bfs(edges, roots, Total()).updates)
+
+
+class _FakeClient:
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+
+class _FakeConnect:
+    """What ``sd.incremental`` sees of a Spark Connect session: no JVM, a client with a host."""
+
+    def __init__(self, host: str) -> None:
+        self.client = _FakeClient(host)
+
+
+@pytest.mark.parametrize("host, root, problem", [
+    ("spark-server.example.com", "/tmp/view", "not on this machine"),
+    ("localhost", "s3a://bucket/view", "s3a:// URI"),
+    ("127.0.0.1", "hdfs://nn/view", "hdfs:// URI"),
+])
+def test_a_connect_view_refuses_state_split_over_two_filesystems(host, root, problem):
+    """On Connect the client writes the manifests and the server the Parquet files: a remote
+    server or a non-local URI would put them on two filesystems, silently.  Refused up front."""
+    from spark_differential.errors import IncrementalStateError
+    from spark_differential.incremental import _Files
+
+    with pytest.raises(IncrementalStateError, match=problem):
+        _Files(_FakeConnect(host), root)
+
+
+def test_a_connect_view_on_this_machine_takes_local_paths_and_file_uris(tmp_path):
+    from spark_differential.incremental import _Files
+
+    assert _Files(_FakeConnect("localhost"), str(tmp_path)).root == str(tmp_path)
+    assert _Files(_FakeConnect("127.0.0.1"), f"file://{tmp_path}").root == str(tmp_path)
+    assert _Files(_FakeConnect("localhost"), f"file:{tmp_path}").root == str(tmp_path)
