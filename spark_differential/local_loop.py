@@ -265,6 +265,7 @@ class Recorder:
             T.StructField(DIFF, T.LongType(), True),
         ])
         df = placeholder(self.spark, schema, name)
+        self.translator.known(df, name)
         self.tables[name] = (name, [*[f.name for f in fields], TIME, DIFF])
         return df
 
@@ -338,7 +339,7 @@ class Recorder:
             if e.loop_id is None:
                 parts.append((None, self.source(d, cs, cs.ttype)))
             elif e.loop_id == self.loop_t.loop_id:
-                rel = self.translator.relation(d.select(*qcols(data), TIME, DIFF))
+                rel = self.translator.relation(d, [*data, TIME, DIFF])  # no select DataFrame built to be read
                 parts.append((rel, None))
             else:
                 raise Untranslatable("dd_concat reads a collection of an enclosing loop")
@@ -349,7 +350,7 @@ class Recorder:
 
     def program(self, out: Any, cs: CollectionSchema, max_iterations: int | None, limit: int) -> Program:
         data = list(cs.data_cols)
-        output = self.translator.relation(out.select(*qcols(data), TIME, DIFF))
+        output = self.translator.relation(out, [*data, TIME, DIFF])
         roots = self._schema([
             *[cs.field(c) for c in data],
             *[self.T.StructField(c, self.T.LongType(), True) for c in leaves(self.width)],
