@@ -248,10 +248,13 @@ class Translator:
         read from the JVM objects, node by node (:meth:`_node`, hundreds of round trips
         for a body)."""
         jplan = plan_of(df)
+        nodes = None
         if self.use_json:
-            rel = self._json_node(_json_tree(json.loads(jplan.toJSON())), lambda: jplan)
-        else:
-            rel = self._node(jplan)
+            try:
+                nodes = json.loads(jplan.toJSON())
+            except Exception:  # noqa: BLE001 - a plan Spark cannot write as JSON: read it node by node
+                nodes = None
+        rel = self._node(jplan) if nodes is None else self._json_node(_json_tree(nodes), lambda: jplan)
         return rel if columns is None else self._pick(rel, columns)
 
     def _pick(self, child: Relation, columns: Sequence[str]) -> Relation:
