@@ -10,6 +10,7 @@ reads collections back (:func:`dd_as_of`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,12 +127,37 @@ def null_guard(col: Column, leaves: Sequence[Column], what: str, op: str = "") -
     cond = leaves[0].isNull()
     for leaf in leaves[1:]:
         cond = cond | leaf.isNull()
+    return F.when(cond, F.raise_error(F.lit(_null_message(what, op)))).otherwise(col)
+
+
+def _null_message(what: str, op: str) -> str:
     where = f"{op}: " if op else ""
-    msg = (
+    return (
         f"NullValueError: {where}a null {what} reached the operator; every update needs a non-null "
         f"{what}. Filter or fill nulls first (e.g. df.where(F.col('{what}').isNotNull()))."
     )
-    return F.when(cond, F.raise_error(F.lit(msg))).otherwise(col)
+
+
+def sql_text(value: str) -> str:
+    """``value`` as a Spark SQL string expression whatever the parser's escaping settings:
+    quotes and backslashes spliced in with ``char()``."""
+    parts = []
+    for piece in re.split(r"(['\\])", value):
+        if piece in ("'", "\\"):
+            parts.append(f"char({ord(piece)})")
+        elif piece:
+            parts.append(f"'{piece}'")
+    if not parts:
+        return "''"
+    return parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+
+
+def null_guard_sql(expr: str, leaves: Sequence[str], what: str, op: str = "") -> str:
+    """:func:`null_guard` as SQL text (``expr`` and ``leaves``: SQL expressions): the same
+    check and message, for plans built from SQL text (one py4j round trip for a whole
+    ``selectExpr``, where Columns cost a few each)."""
+    cond = " OR ".join(f"({leaf}) IS NULL" for leaf in leaves)
+    return f"CASE WHEN {cond} THEN raise_error({sql_text(_null_message(what, op))}) ELSE {expr} END"
 
 
 def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:

@@ -235,13 +235,21 @@ def time_fields(ttype: TimeType) -> list[T.StructField]:
     return [T.StructField(n, T.LongType(), False) for n in times(ttype.width)] + [T.StructField(D, T.LongType(), False)]
 
 
-def arrow_schema(spark: Any, schema: T.StructType) -> pa.Schema:
+def large_var_types(spark: Any) -> bool:
+    """Whether the session sends strings and binaries to Python as Arrow's large types."""
+    try:
+        return str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    except Exception:  # pragma: no cover
+        return False
+
+
+def arrow_schema(spark: Any, schema: T.StructType, large: bool | None = None) -> pa.Schema:
+    """The Arrow schema Spark uses for ``schema`` with ``spark``'s settings (``large``: the
+    :func:`large_var_types` setting when the caller knows it already: a py4j round trip less)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    try:
-        large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
-    except Exception:  # pragma: no cover
-        large = False
+    if large is None:
+        large = large_var_types(spark)
     try:
         return to_arrow_schema(schema, timezone="UTC", prefers_large_types=large)
     except TypeError:  # pragma: no cover - older signatures

@@ -939,7 +939,9 @@ def _rule_checked(body: Callable[[DataFrame], DataFrame]) -> Callable[[DataFrame
     return checked_body
 
 
-def _check_body_output(out: Any, cs: CollectionSchema, loop_t: Loop) -> DataFrame:
+def _check_body_output(out: Any, cs: CollectionSchema, loop_t: Loop, select: bool = True) -> DataFrame:
+    """``out`` checked as the body's result, its columns in the loop variable's order
+    (``select=False``: as it is; the in-task recorder picks the columns itself)."""
     if not isinstance(out, DataFrame):
         raise IterationError(f"dd_iterate: the body must return a DataFrame (a collection), got {type(out).__name__}")
     ocs = inspect(out, op="dd_iterate", side="body's result")
@@ -965,7 +967,7 @@ def _check_body_output(out: Any, cs: CollectionSchema, loop_t: Loop) -> DataFram
                 f"dd_iterate: the body returns `{c}` as {ocs.field(c).dataType.simpleString()} but the loop variable "
                 f"has {cs.field(c).dataType.simpleString()}; cast it in the body"
             )
-    return out.select(*qcols(cs.data_cols), TIME, DIFF)
+    return out.select(*qcols(cs.data_cols), TIME, DIFF) if select else out
 
 
 LOOP_CONF = {
@@ -1063,7 +1065,7 @@ def _run_loop(
             from . import local_loop as _local_loop  # on first use: keeps `import spark_differential` light
 
             local = _local_loop.attempt(
-                df, cs, body, loop_t, ctx, lambda out: _check_body_output(out, cs, loop_t), max_iterations, bar
+                df, cs, body, loop_t, ctx, lambda out: _check_body_output(out, cs, loop_t, select=False), max_iterations, bar
             )
             if local is not None:
                 return local

@@ -254,6 +254,7 @@ class Recorder:
         self.sources: list[tuple[Any, Any]] = [(roots, cs)]
         ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
         self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
+        self._large: bool | None = None
         self.T = T
         self.loop_var = self.placeholder("v", [cs.field(c) for c in cs.data_cols])
 
@@ -265,6 +266,7 @@ class Recorder:
             T.StructField(DIFF, T.LongType(), True),
         ])
         df = placeholder(self.spark, schema, name)
+        self.translator.known(df, name)
         self.tables[name] = (name, [*[f.name for f in fields], TIME, DIFF])
         return df
 
@@ -278,9 +280,11 @@ class Recorder:
         return len(self.sources) - 1
 
     def _schema(self, fields: Sequence[Any]) -> pa.Schema:
-        from .execution import arrow_schema
+        from .execution import arrow_schema, large_var_types
 
-        return arrow_schema(self.spark, self.T.StructType(list(fields)))
+        if self._large is None:  # the session's setting, asked once per recording
+            self._large = large_var_types(self.spark)
+        return arrow_schema(self.spark, self.T.StructType(list(fields)), large=self._large)
 
     def stateful(
         self,
@@ -338,7 +342,7 @@ class Recorder:
             if e.loop_id is None:
                 parts.append((None, self.source(d, cs, cs.ttype)))
             elif e.loop_id == self.loop_t.loop_id:
-                rel = self.translator.relation(d.select(*qcols(data), TIME, DIFF))
+                rel = self.translator.relation(d, [*data, TIME, DIFF])  # no select DataFrame built to be read
                 parts.append((rel, None))
             else:
                 raise Untranslatable("dd_concat reads a collection of an enclosing loop")
@@ -349,7 +353,7 @@ class Recorder:
 
     def program(self, out: Any, cs: CollectionSchema, max_iterations: int | None, limit: int) -> Program:
         data = list(cs.data_cols)
-        output = self.translator.relation(out.select(*qcols(data), TIME, DIFF))
+        output = self.translator.relation(out, [*data, TIME, DIFF])
         roots = self._schema([
             *[cs.field(c) for c in data],
             *[self.T.StructField(c, self.T.LongType(), True) for c in leaves(self.width)],
@@ -770,6 +774,16 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
     return run
 
 
+def _integral_sql(ttype: Any) -> str | None:
+    """The Spark SQL type of an integral total time (encoded as itself, cast to ``BIGINT``),
+    or ``None``: the time's encoding is built from Columns."""
+    from .lattice import _INTEGRAL_KINDS
+
+    if not isinstance(ttype, Total) or ttype.kind not in _INTEGRAL_KINDS:
+        return None
+    return {"long": "BIGINT", "int": "INT", "short": "SMALLINT", "byte": "TINYINT"}[ttype.kind]
+
+
 def _tag(j: int, i: int) -> str:
     """The name of column ``i`` of source ``j`` in the one table a loop's task reads."""
     return f"_sd{j}_{i}"
@@ -832,7 +846,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from .collection import null_guard, qcol
+    from .collection import null_guard, null_guard_sql, qcol, quoted
     from .errors import IterationLimitExceeded, from_job_failure
     from .execution import arrow_schema
 
@@ -840,8 +854,20 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     ttype = cs.ttype
     data = list(cs.data_cols)
 
+    sql_type = _integral_sql(ttype)
+
     def tagged(d: Any, j: int, cols: Sequence[str]) -> Any:
         # the null check of every collection entering the loop (as iterate.py's on the distributed path)
+        if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
+            leaf = f"CAST({quoted(TIME)} AS BIGINT)"
+            return d.selectExpr(
+                f"{j} AS {SRC}",
+                *[f"{quoted(c)} AS {_tag(j, i)}" for i, c in enumerate(cols)],
+                f"{null_guard_sql(leaf, [leaf], 'time', 'dd_iterate')} AS {_tag(j, len(cols))}",
+                f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', 'dd_iterate')} "
+                f"AS {_tag(j, len(cols) + 1)}",
+                *([quoted(PART)] if spread is not None and PART in d.columns else []),
+            )
         enc = [null_guard(leaf, [leaf], "time", "dd_iterate") for leaf in ttype.encode_column(F.col(TIME))]
         # positional names (_sd<source>_<i>, as _source_table reads them): user names may hold dots or backticks
         return d.select(
@@ -880,10 +906,11 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     schema = T.StructType(fields)
     out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     obs = Observation()
-    # SQL text: one py4j round trip per metric instead of four (F.col, F.max, alias)
+    # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric)
     metrics_ = {"status": STATUS, "iters": ITERS, "changing": CHANGING, "history": HISTORY, "chunks": CHUNKS,
                 "phases": PHASES}
-    observed = out.observe(obs, *[F.expr(f"max({col}) AS {name}") for name, col in metrics_.items()])
+    fields_ = ", ".join(f"'{name}', max({col})" for name, col in metrics_.items())
+    observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -897,7 +924,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         if mine is not None:
             raise mine from e
         raise
-    metrics = obs.get
+    metrics = obs.get["m"].asDict()
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
@@ -924,6 +951,10 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
                  float(looping))
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
+    if sql_type is not None:
+        return kept.where(f"{STATUS} IS NULL").selectExpr(
+            *map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF
+        )
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
     return kept.where(F.col(STATUS).isNull()).select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
 

@@ -75,8 +75,8 @@ from pyspark.sql import types as T
 
 from ._lazy import lazy
 from ._planning import without_origin_tracking
-from .calculus import dd_asof_join
-from .collection import DIFF, collection, from_upserts
+from .calculus import asof_join_history
+from .collection import DIFF, collection
 from .errors import SqlError
 
 # sqlglot is imported on the first sd.sql call, not with the package
@@ -695,10 +695,12 @@ class _Compiler:
         prices = rn.where(F.col(b[rpos[spec.rt]]).isNotNull()).select(
             *b, *[F.col(b[rpos[c]]).alias(kk) for c, kk in zip(spec.rkeys, k)], F.col(b[rpos[spec.rt]]).cast(tt).alias(_TIME)
         )
-        joined = dd_asof_join(
+        # dd_asof_join(orders, from_upserts(prices)), read from the log without building that collection
+        joined = asof_join_history(
             collection(orders, time=_TIME, check_nulls=False),  # null times were filtered above
-            from_upserts(prices, key=k, time=_TIME),
-            on=k,
+            prices,
+            key=k,
+            time=_TIME,
             how=spec.how,
             strict=spec.strict,
         )

@@ -22,7 +22,8 @@ Connect DataFrame has no analysed plan to read here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,112 @@ def _leaf_name(p: Any) -> str | None:
     return json.loads(out[-1].metadata().json()).get(LEAF_KEY)
 
 
+def _json_tree(flat: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Spark's JSON of a tree (``TreeNode.toJSON``: its nodes in pre-order, each with
+    ``num-children``) as nested dicts, each node's children under ``_children``."""
+
+    def read(pos: int) -> tuple[dict[str, Any], int]:
+        node = dict(flat[pos])
+        pos += 1
+        kids = []
+        for _ in range(int(node.get("num-children") or 0)):
+            kid, pos = read(pos)
+            kids.append(kid)
+        node["_children"] = kids
+        return node, pos
+
+    return read(0)[0]
+
+
+def _expr_id(e: dict[str, Any]) -> Any:
+    """The expression id of a JSON attribute (its number and the JVM that numbered it)."""
+    i = e.get("exprId") or {}
+    return (i.get("id"), i.get("jvmId"))
+
+
+def _short(cls: str) -> str:
+    """A JSON node's class without its package (Spark's ``nodeName`` for the nodes read here)."""
+    return cls.rsplit(".", 1)[-1]
+
+
+def _references(e: dict[str, Any], name: str) -> bool:
+    """Whether the JSON expression ``e`` reads a column named ``name``."""
+    if _short(e["class"]) == "AttributeReference" and e.get("name") == name:
+        return True
+    return any(_references(c, name) for c in e["_children"])
+
+
+class _NoJson(Exception):
+    """An expression the JSON reader does not write as SQL: read it from the JVM instead."""
+
+
+# Spark's own ``sql`` of the expressions :func:`_spark_sql` covers (the JVM path parses that text)
+_BINARY = {
+    "Add": "+", "Subtract": "-", "Multiply": "*", "Divide": "/", "Remainder": "%", "EqualTo": "=",
+    "EqualNullSafe": "<=>", "GreaterThan": ">", "GreaterThanOrEqual": ">=", "LessThan": "<",
+    "LessThanOrEqual": "<=", "And": "AND", "Or": "OR",
+}
+_POSTFIX = {"IsNull": "IS NULL", "IsNotNull": "IS NOT NULL"}
+_FUNCTIONS = {"Coalesce": "coalesce", "Least": "least", "Greatest": "greatest", "Abs": "abs"}
+_SQL_TYPES = {
+    "long": "BIGINT", "integer": "INT", "short": "SMALLINT", "byte": "TINYINT", "double": "DOUBLE", "float": "FLOAT",
+    "string": "STRING", "boolean": "BOOLEAN", "date": "DATE",
+}
+_LITERAL_SUFFIX = {"integer": "", "long": "L", "short": "S", "byte": "Y"}
+
+
+def _spark_sql(e: dict[str, Any], columns: dict[str, str]) -> str:
+    """The Spark SQL text of the JSON expression ``e`` as Spark's ``Expression.sql`` writes
+    it, every column reference renamed to a safe name (``columns``: name -> safe name,
+    filled as met).  Raises :class:`_NoJson` for anything else: the JSON drops some of
+    an expression's fields, so only these kinds are read from it."""
+    kind = _short(e["class"])
+    kids = e["_children"]
+    if kind == "AttributeReference":
+        return columns.setdefault(e["name"], f"_sdc{len(columns)}")
+    if kind == "Literal":
+        value, dtype = e.get("value"), e.get("dataType")
+        if value is None:
+            if dtype == "void":
+                return "NULL"
+            if dtype in _SQL_TYPES:
+                return f"CAST(NULL AS {_SQL_TYPES[dtype]})"
+            raise _NoJson(kind)
+        if dtype in _LITERAL_SUFFIX and str(value).lstrip("-").isdigit():
+            return f"{value}{_LITERAL_SUFFIX[dtype]}"
+        if dtype == "boolean" and value in ("true", "false"):
+            return str(value)
+        if dtype == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\"):
+            return f"'{value}'"
+        raise _NoJson(kind)
+    if kind in _BINARY and len(kids) == 2:
+        return f"({_spark_sql(kids[0], columns)} {_BINARY[kind]} {_spark_sql(kids[1], columns)})"
+    if kind in _POSTFIX and len(kids) == 1:
+        return f"({_spark_sql(kids[0], columns)} {_POSTFIX[kind]})"
+    if kind == "Not" and len(kids) == 1:
+        return f"(NOT {_spark_sql(kids[0], columns)})"
+    if kind == "Cast" and len(kids) == 1 and e.get("dataType") in _SQL_TYPES:
+        # also a try_cast (the JSON drops the cast's mode): Spark's text says TRY_CAST, but
+        # sqlglot reads Spark's CAST as a TRY_CAST too, so the translation is the same
+        return f"CAST({_spark_sql(kids[0], columns)} AS {_SQL_TYPES[e['dataType']]})"
+    if kind == "In" and len(kids) >= 2:
+        return f"({_spark_sql(kids[0], columns)} IN ({', '.join(_spark_sql(k, columns) for k in kids[1:])}))"
+    if kind == "If" and len(kids) == 3:
+        return f"(IF({', '.join(_spark_sql(k, columns) for k in kids)}))"
+    if kind == "CaseWhen" and len(kids) >= 2:
+        pairs = len(kids) // 2
+        parts = ["CASE"]
+        for i in range(pairs):
+            parts.append(f"WHEN {_spark_sql(kids[2 * i], columns)} THEN {_spark_sql(kids[2 * i + 1], columns)}")
+        if len(kids) % 2:
+            parts.append(f"ELSE {_spark_sql(kids[-1], columns)}")
+        parts.append("END")
+        return " ".join(parts)
+    if kind in _FUNCTIONS and kids and (kind != "Abs" or len(kids) == 1):
+        return f"{_FUNCTIONS[kind]}({', '.join(_spark_sql(k, columns) for k in kids)})"
+    raise _NoJson(kind)
+
+
 class Translator:
     """Translate DataFrames built from leaves into :class:`Relation` s.
 
@@ -113,15 +220,56 @@ class Translator:
     whether Spark's casts fail on bad input (DuckDB ``CAST``) or give null (``TRY_CAST``).
     """
 
-    def __init__(self, jvm: Any, tables: Mapping[str, tuple[str, Sequence[str]]], width: int, ansi: bool = True) -> None:
+    def __init__(self, jvm: Any, tables: Mapping[str, tuple[str, Sequence[str]]], width: int, ansi: bool = True,
+                 use_json: bool = True) -> None:
         self.jvm = jvm
+        self.use_json = use_json  # False: read the plan over py4j node by node (the reference the JSON path is tested against)
         self.tables = tables  # read at translation time: the recorder adds leaves as it goes
         self.width = width
         self.ansi = ansi
         self._n = 0
+        self.leaf_ids: dict[Any, str] = {}  # the expression id of a leaf's last column -> its name
 
-    def relation(self, df: Any) -> Relation:
-        return self._node(plan_of(df))
+    def known(self, df: Any, name: str) -> None:
+        """Remember the placeholder ``df`` (:func:`placeholder`) as the leaf ``name``, by
+        the id of its last column (the plan's JSON, which :meth:`relation` reads, has
+        no column metadata)."""
+        if self.use_json:
+            nodes = json.loads(plan_of(df).toJSON())
+            self.leaf_ids[_expr_id(_json_tree(nodes[0]["output"][-1]))] = name
+
+    def relation(self, df: Any, columns: Sequence[str] | None = None) -> Relation:
+        """``df`` as a relation over the leaves; ``columns``: only these columns of it, in
+        this order (``time`` among them), as ``df.select(*columns)`` would give without
+        building that DataFrame.
+
+        The analysed plan comes in one py4j round trip, as Spark's JSON of the tree
+        (:meth:`_json_node`); only an expression the JSON reader does not cover is
+        read from the JVM objects, node by node (:meth:`_node`, hundreds of round trips
+        for a body)."""
+        jplan = plan_of(df)
+        nodes = None
+        if self.use_json:
+            try:
+                nodes = json.loads(jplan.toJSON())
+            except Exception:  # noqa: BLE001 - a plan Spark cannot write as JSON: read it node by node
+                nodes = None
+        rel = self._node(jplan) if nodes is None else self._json_node(_json_tree(nodes), lambda: jplan)
+        return rel if columns is None else self._pick(rel, columns)
+
+    def _pick(self, child: Relation, columns: Sequence[str]) -> Relation:
+        """``child``'s columns ``columns`` (``time`` expanded to its leaves), as a projection."""
+        self._unique(child)
+        names = self._expand(columns)
+        missing = [n for n in names if n not in child.columns]
+        if missing:  # pragma: no cover - the body's output and dd_concat's inputs were checked
+            raise Untranslatable(f"internal: columns {missing} are not in the step")
+        items = [quote(n) for n in names]
+        picks = None
+        if child.picks is not None:
+            picks = (child.picks[0], tuple(child.picks[1][child.columns.index(n)] for n in names))
+        program = None if child.arrow is None else ("project", child.arrow, names, tuple(("col", n) for n in names))
+        return Relation(f"SELECT {', '.join(items)} FROM ({child.sql}) AS {self._alias()}", names, picks, program)
 
     def _alias(self) -> str:
         self._n += 1
@@ -201,6 +349,104 @@ class Translator:
             return Relation(sql, parts[0].columns, None, program)
         raise Untranslatable(f"the body uses a {kind} step between dd_* operators (only select/where/withColumn/unions run in one task)")
 
+    def _json_node(self, p: dict[str, Any], jnode: Callable[[], Any]) -> Relation:
+        """:meth:`_node` over Spark's JSON of the plan (``p``, from :func:`_json_tree`).
+
+        ``jnode`` fetches the same node's JVM object, only for an expression the JSON
+        reader does not cover (:func:`_spark_sql` raises :class:`_NoJson`)."""
+        kind = _short(p["class"])
+        kids = p["_children"]
+
+        def child(i: int) -> Callable[[], Any]:
+            return lambda: jnode().children().apply(i)
+
+        if kind == "LocalRelation":
+            out = [_json_tree(a) for a in p.get("output") or []]
+            # Spark's JSON drops column metadata: a leaf is known by the id of its last column,
+            # or (a relation the analyser renumbered, e.g. one side of a self-union) asked for
+            leaf = self.leaf_ids.get(_expr_id(out[-1])) if out else None
+            if leaf is None and out:
+                leaf = _leaf_name(jnode())
+            if leaf is None or leaf not in self.tables:
+                raise Untranslatable("the body reads a DataFrame from outside the loop other than through dd_* operators")
+            name, cols = self.tables[leaf]
+            if [a.get("name") for a in out] != list(cols):  # pragma: no cover - leaves are read whole
+                raise Untranslatable("internal: a loop leaf read with other columns")
+            expanded = self._expand(cols)
+            return Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${name}", expanded, (name, expanded),
+                            ("leaf", name, expanded))
+        if kind == "SubqueryAlias":
+            return self._json_node(kids[0], child(0))
+        if kind == "Project":
+            child_rel = self._json_node(kids[0], child(0))
+            self._unique(child_rel)
+            items: list[str] = []
+            names: list[str] = []
+            arrows: list[Any] | None = [] if child_rel.arrow is not None else None
+            picked: list[str] | None = [] if child_rel.picks is not None else None
+            for j, flat in enumerate(p["projectList"]):
+                e = _json_tree(flat)
+                name = e["name"]
+                ekind = _short(e["class"])
+                inner = e["_children"][0] if ekind == "Alias" else e
+                inner_kind = _short(inner["class"])
+                if inner_kind == "AttributeReference" and inner["name"] == TIME:
+                    if name != TIME:
+                        raise Untranslatable("the body renames `time`")
+                    items.extend(quote(c) for c in leaves(self.width))
+                    names.extend(leaves(self.width))
+                    if arrows is not None:
+                        arrows.extend(("col", c) for c in leaves(self.width))
+                    if picked is not None:
+                        picked.extend(leaves(self.width))
+                    continue
+
+                def jexpr(j: int = j, alias: bool = ekind == "Alias") -> Any:
+                    item = jnode().projectList().apply(j)
+                    return item.child() if alias else item
+
+                sql, arrow = self._json_expr(inner, jexpr)
+                items.append(f"{sql} AS {quote(name)}")
+                names.append(name)
+                if arrows is not None:
+                    arrows = None if arrow is None else [*arrows, arrow]
+                if picked is not None and child_rel.picks is not None and inner_kind == "AttributeReference":
+                    picked.append(child_rel.picks[1][child_rel.columns.index(inner["name"])])
+                else:
+                    picked = None
+            a = self._alias()
+            picks = (child_rel.picks[0], tuple(picked)) if picked is not None and child_rel.picks is not None else None
+            program = None if arrows is None else ("project", child_rel.arrow, tuple(names), tuple(arrows))
+            return Relation(f"SELECT {', '.join(items)} FROM ({child_rel.sql}) AS {a}", tuple(names), picks, program)
+        if kind == "Filter":
+            child_rel = self._json_node(kids[0], child(0))
+            self._unique(child_rel)
+            a = self._alias()
+            sql, arrow = self._json_expr(_json_tree(p["condition"]), lambda: jnode().condition())
+            program = None if arrow is None or child_rel.arrow is None else ("filter", child_rel.arrow, arrow)
+            return Relation(f"SELECT * FROM ({child_rel.sql}) AS {a} WHERE {sql}", child_rel.columns, None, program)
+        if kind == "Union":
+            parts = [self._json_node(k, child(i)) for i, k in enumerate(kids)]
+            if p.get("byName") or p.get("allowMissingCol"):  # pragma: no cover - resolved by the analyser
+                raise Untranslatable("a union by name that the analyser left unresolved")
+            sql = " UNION ALL ".join(f"SELECT * FROM ({r.sql}) AS {self._alias()}" for r in parts)
+            program = (None if any(r.arrow is None for r in parts)
+                       else ("union", parts[0].columns, tuple(r.arrow for r in parts)))
+            return Relation(sql, parts[0].columns, None, program)
+        raise Untranslatable(f"the body uses a {kind} step between dd_* operators (only select/where/withColumn/unions run in one task)")
+
+    def _json_expr(self, e: dict[str, Any], jexpr: Callable[[], Any]) -> tuple[str, tuple[Any, ...] | None]:
+        """:meth:`_expr` of an expression read from the plan's JSON; the JVM object
+        (``jexpr()``) only where :func:`_spark_sql` does not cover it."""
+        if _references(e, TIME):
+            raise Untranslatable("the body computes with `time` (it may only pass it through)")
+        columns: dict[str, str] = {}
+        try:
+            text = _spark_sql(e, columns)
+        except _NoJson:
+            return self._expr(jexpr())
+        return self._parsed(text, columns, lambda: jexpr().sql())
+
     def _renamed(self, e: Any, columns: dict[str, str]) -> Any:
         """``e`` with every column reference renamed ``_sdc<i>`` (``columns``: name -> safe name)."""
         kind = e.nodeName()
@@ -220,16 +466,21 @@ class Translator:
             raise Untranslatable("two columns of one step share a name")
 
     def _expr(self, e: Any) -> tuple[str, tuple[Any, ...] | None]:
-        """``e`` as DuckDB SQL, and as an Arrow expression (:func:`evaluate`) where it has one."""
-        import sqlglot
-        from sqlglot import exp
-
+        """``e`` (a JVM expression) as DuckDB SQL, and as an Arrow expression (:func:`evaluate`) where it has one."""
         if any(a.name() == TIME for a in _seq(e.references().toSeq())):
             raise Untranslatable("the body computes with `time` (it may only pass it through)")
         # columns renamed to safe names first: Spark's SQL text quotes names only where
         # their characters need it, not keywords (a column `case`)
         columns: dict[str, str] = {}
         text = self._renamed(e, columns).sql()
+        return self._parsed(text, columns, lambda: e.sql())
+
+    def _parsed(self, text: str, columns: Mapping[str, str], original: Callable[[], str]) -> tuple[str, tuple[Any, ...] | None]:
+        """Spark SQL ``text`` over the safe column names ``columns`` (name -> safe name) as
+        DuckDB SQL and its Arrow form; ``original()``: the expression's own SQL, for messages."""
+        import sqlglot
+        from sqlglot import exp
+
         users = {safe: name for name, safe in columns.items()}
         try:
             tree = sqlglot.parse_one(text, read="spark")
@@ -238,10 +489,10 @@ class Translator:
         for node in tree.walk():
             kind = type(node).__name__
             if kind not in _EXPRESSIONS:
-                raise Untranslatable(f"the expression {e.sql()!r} uses {kind}, which the in-task path does not translate")
+                raise Untranslatable(f"the expression {original()!r} uses {kind}, which the in-task path does not translate")
             if isinstance(node, exp.Column):
                 if node.name not in users:  # pragma: no cover - every column was renamed
-                    raise Untranslatable(f"the expression {e.sql()!r} reads an unknown column")
+                    raise Untranslatable(f"the expression {original()!r} reads an unknown column")
                 node.set("table", None)
                 node.set("this", exp.to_identifier(users[node.name], quoted=True))
         if self.ansi:

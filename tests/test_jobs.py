@@ -121,6 +121,26 @@ def test_dd_count_call_stays_under_its_py4j_round_trips(small, spark):
     assert 0 < counts[0] <= DD_COUNT_ROUND_TRIPS, counts
 
 
+# sd.sql with one ASOF JOIN: 832 round trips while it built sd.from_upserts' collection
+# (the history with its retractions, which the as-of join never reads); 538 since it
+# reads the log directly (calculus.asof_join_history).
+SQL_ASOF_ROUND_TRIPS = 580
+
+
+def test_sql_asof_join_call_stays_under_its_py4j_round_trips(small, spark):
+    history, orders = small["history"], small["orders"]
+    query = "SELECT o.oid, o.ts, p.w FROM orders o ASOF JOIN prices p MATCH_CONDITION (o.ts >= p.ts) ON o.k = p.k"
+    sd.sql(query, orders=orders, prices=history)
+    counts = []
+    for _ in range(2):
+        with count_round_trips() as trips:
+            out = sd.sql(query, orders=orders, prices=history)
+        counts.append(trips.count)
+    assert counts[0] == counts[1], counts
+    assert 0 < counts[0] <= SQL_ASOF_ROUND_TRIPS, counts
+    assert sorted(tuple(r) for r in out.collect()) == [("o1", 1, 10), ("o2", 4, 11), ("o3", 2, 20)]
+
+
 def _lazy_calls(small, spark):
     a, b, history, orders = small["a"], small["b"], small["history"], small["orders"]
     prices = sd.from_upserts(history, key="k", time="ts")
@@ -210,6 +230,51 @@ def test_seed_001_worked_example_in_at_most_three_jobs(spark):
     got = sorted(((r["node"], r["dist"]), r["time"], r["diff"]) for r in rows)
     assert got == sorted(SEED_001_DISTS)
     assert call.jobs == 1 and action.jobs == 1, (call, action)
+
+
+# py4j round trips of the eager dd_iterate calls below (recording the body, building and
+# running the loop's one task): 725 (reach) and 840 (BFS) while the recorder walked each
+# plan over py4j node by node; 256 and 302 since it reads a plan from one toJSON() call and
+# builds the task's input from SQL text (docs/performance.md, "Round trips of recording a
+# loop body").  The bounds leave room for a few, not for a walk of the plan.
+REACH_ROUND_TRIPS = 290
+BFS_ROUND_TRIPS = 340
+
+
+def _reach_join(edges, roots):
+    """``benchmarks/latency.py``'s reach: ``dd_join`` + select + ``dd_concat`` + ``dd_distinct``."""
+    e = edges.withColumnRenamed("src", "node")
+    start = roots.select("node", "time", "diff")
+    return start.dd_iterate(
+        lambda r: r.dd_join(e, on="node").select(F.col("dst").alias("node"), "time", "diff").dd_concat(start).dd_distinct()
+    )
+
+
+@pytest.mark.parametrize(("name", "bound"), [("reach", REACH_ROUND_TRIPS), ("bfs", BFS_ROUND_TRIPS)])
+def test_loop_call_stays_under_its_py4j_round_trips(spark, name, bound):
+    """The driver's fixed cost of an eager loop on seed 001's graph, counted (not timed):
+    it runs inside one task, and its call is mostly py4j round trips."""
+    from test_iterate import SEED_001_DISTS, SEED_001_EDGES
+
+    edges = spark.createDataFrame(
+        [(s, d, t, r) for (s, d), t, r in SEED_001_EDGES], "src long, dst long, time long, diff long"
+    )
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+    call = (lambda: _reach_join(edges, roots)) if name == "reach" else (lambda: bfs(edges, roots))
+    call()  # the first call in a process may look up things the next ones reuse
+    counts = []
+    for _ in range(2):
+        with count_jobs(spark) as jobs, count_round_trips() as trips:
+            out = call()
+        counts.append(trips.count)
+        assert jobs.jobs == 1  # the in-task path ran (the distributed one runs a job per iteration)
+    assert counts[0] == counts[1], counts  # deterministic
+    assert 0 < counts[0] <= bound, counts
+    if name == "bfs":
+        got = sorted(((r["node"], r["dist"]), r["time"], r["diff"]) for r in out.collect())
+        assert got == sorted(SEED_001_DISTS)
+    else:
+        assert {r["node"] for r in out.collect()} == {0, 1, 2}
 
 
 def _reach_semi(edges, roots):

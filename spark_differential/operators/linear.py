@@ -78,9 +78,11 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
                 )
     target, _, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
     if any(e.in_loop for e in entries):
-        from ..iterate import concat_in_loop
+        from ..iterate import concat_in_loop, recording
 
         out = concat_in_loop(op, dfs, schemas, entries, target)
+        if recording():  # a placeholder of the in-task recorder, whose loop consolidates every step's input
+            return out
         return consolidate_spark(out, first.data_cols) if consolidate else out
     out = None
     for d, cs, e in zip(dfs, schemas, entries):
