@@ -116,12 +116,11 @@ from .errors import (
 )
 from .execution import buckets, shuffle_partitions
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
-from .traces import Operator
+from .traces import KIND, Operator
 
 FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
 READS = (2, 3)
 MANIFESTS = "_manifests"
-KIND = "_sd_kind"  # the partition column of a version's one Parquet write: which stored collection a row belongs to
 _MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 _VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 LATE_MODES = ("error", "advance")
@@ -466,9 +465,7 @@ def _part(directory: str, tag: str, write: str = "data") -> str:
     return f"{directory}/{write}/{KIND}={tag}"
 
 
-def _physical(prefix: str, schema: T.StructType) -> list[str]:
-    """Column names of a stored collection in its version's one Parquet write (unique per collection)."""
-    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
+_physical = _traces.physical
 
 
 def _tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFrame:
@@ -714,9 +711,15 @@ class IncrementalView:
             one = _tagged(df, t, t, schema)
             wide = one if wide is None else wide.unionByName(one, allowMissingColumns=True)
         assert wide is not None
+        return self._write_wide(subdir, wide)
+
+    def _write_wide(self, subdir: str, wide: DataFrame) -> dict[str, str]:
+        """Store rows tagged by :data:`KIND` (each collection under its physical column names) in one
+        Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written."""
         wide.write.partitionBy(KIND).parquet(self._files.join(subdir))
-        present = set(self._files.listdir(self._files.join(subdir)))
-        return {t: f"{subdir}/{KIND}={t}" for t, _, _ in parts if f"{KIND}={t}" in present}
+        prefix = f"{KIND}="
+        return {n[len(prefix):]: f"{subdir}/{n}" for n in self._files.listdir(self._files.join(subdir))
+                if n.startswith(prefix)}
 
     def _stage(
         self, op: str, schemas: Mapping[str, T.StructType], ttype: TimeType
@@ -792,14 +795,18 @@ class IncrementalView:
         physical = _physical("o", out_schema)
         kind = F.when(in_future(ready, ttype, new_front), F.lit("p")).otherwise(F.lit("o"))
         wide = ready.select(kind.alias(KIND), *[F.col(f.name).alias(c) for f, c in zip(out_schema.fields, physical)])
+        for t, df, schema in run.stored:  # totals traces' newest files
+            wide = wide.unionByName(_tagged(df, t, t, schema), allowMissingColumns=True)
+            run.added[t] = _part(directory, t)
         traces: dict[str, list[str]] = {}
         for slot, operator in enumerate(run.operators):
             for side, schema in enumerate(operator.inputs):
                 t = _traces.tag(slot, side)
                 old = old_traces.get(t, [])
+                adv = _traces.advanced_totals if operator.side(side) == _traces.TOTALS else _traces.advanced
                 traces[t], merged = self._roll(
                     old, run.added.get(t), directory, t, schema,
-                    lambda old=old, t=t, schema=schema: _traces.advanced(self._read(old, schema, t), ttype, new_front),
+                    lambda old=old, t=t, schema=schema, adv=adv: adv(self._read(old, schema, t), ttype, new_front),
                 )
                 if merged is not None:
                     wide = wide.unionByName(merged, allowMissingColumns=True)

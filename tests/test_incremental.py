@@ -393,11 +393,13 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     shuffle per merged collection: both inputs and the output returned so far, 8 jobs.
 
     Stage 2: one write stores the join's new input updates; per operator, one job
-    broadcasts the keys they touch (to pick those keys' trace rows) and one shuffles new
-    and trace rows by key bucket for the kernel; the join's output (the count's new
-    input) is one more write; then one shuffle consolidates the output and one write
-    stores it: 8 jobs.  Merging (every third update) adds one shuffle per trace (the
-    join's two, the count's one): 11 jobs.
+    broadcasts the keys they touch (to pick those keys' trace rows; for the count, the
+    touched rows' and keys' hashes in one) and one shuffles new and trace rows by key
+    bucket for the kernel; the join's output (the count's new input) is one more write;
+    then one shuffle consolidates the output and one write stores it with the count's
+    new totals (the count's kernel runs twice there, on one shuffle): 8 jobs.  Merging
+    (every third update) adds one shuffle per trace (the join's two, the count's rows
+    and totals): 12 jobs.
     """
     from spark_differential._jobs import count_jobs
 
@@ -431,7 +433,7 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     assert want and sorted(consolidate(got)) == sorted(want)
     # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
     assert stage_of(tmp_path / "v") == stage
-    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 11, 8]), jobs
+    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 12, 8]), jobs
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
