@@ -28,6 +28,17 @@ the future of ``F`` are a down-set, so the consolidated output has no update the
 The operator's output changes are thus exactly the changes of its output in the
 future of ``F``, which is what the next operator's trace needs.
 
+``dd_count`` and ``dd_sum`` over integers or decimals are kept differently
+(:meth:`Run._totals`, :mod:`spark_differential.kernels.totals`, whose docstring has
+the proof): their output at a time is a function of per-key totals (count, sum, number
+of non-null values), each a sum over rows of the row's positive multiplicity.  They
+keep two traces: the input rows, picked by the hash of the *whole row* (keys and data:
+an update reads the old updates of the rows it changes, not of their keys), and the
+totals ``(key, time, _cn, _cs, _cnn)`` of every key, advanced and consolidated like the
+rows (:func:`advanced_totals`: one row per key and distinct advanced time).  So a count
+per region whose every update touches all regions reads the changed rows and one
+total per region, not every row of every region.
+
 A query whose output depends on history (``differentiate``, ``dd_delay``,
 ``dd_asof_join``), a ``dd_iterate``, or an operator working over another time type
 than the view's inputs cannot be kept this way: :func:`probe` finds that out on

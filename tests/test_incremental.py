@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -685,3 +686,48 @@ def test_stage2_view_on_the_session(spark, tmp_path) -> None:
     got = run_view(spark, str(path), q, inputs, steps, lat)
     assert stage_of(path) == 2
     assert_updates_equal(consolidate(got), expected(ref, inputs, steps[-1][0], lat))
+
+
+def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, tmp_path) -> None:
+    """Counts, not timings: ``dd_count``/``dd_sum`` in stage 2 keep per-key totals, so a few
+    changes under few keys (every update touches every region here) hand their kernels the
+    changed rows, those rows' old updates and the regions' totals, not the regions' rows.
+    Against the one-shot run, over updates that merge the traces (``compact_every=2``),
+    the sum over a decimal column (exact, so kept by totals too)."""
+    path = str(tmp_path / "v")
+
+    def q(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        joined = orders.dd_join(customers, on="cid")
+        return joined.dd_count(by="region").select("region", F.col("count").cast("decimal(22,2)").alias("v"),
+                                                    F.lit("count").alias("what"), "time", "diff").dd_concat(
+            joined.dd_sum(by="region", col="amount").select("region", F.col("amount").alias("v"),
+                                                            F.lit("sum").alias("what"), "time", "diff"))
+
+    n_orders, n_customers, regions = 3_000, 300, 3
+    o_schema = "oid long, cid long, amount decimal(12,2), time long, diff long"
+    orders = spark.range(n_orders).select(F.col("id").alias("oid"), (F.col("id") % n_customers).alias("cid"),
+                                          (F.col("id") % 97).cast("decimal(12,2)").alias("amount"),
+                                          F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    customers = spark.range(n_customers).select(F.col("id").alias("cid"), (F.col("id") % regions).cast("string").alias(
+        "region"), F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    view = sd.incremental(path, q, compact_every=2)
+    got = rows_of(view.update(upto=1, orders=orders, customers=customers))
+    assert stage_of(path) == 2
+    rng = random.Random(5)
+    changes = []
+    for t in (1, 2):  # each time: three orders change their amount, one is deleted; the second merges
+        moved = rng.sample(range(n_orders), 4)
+        change = [(o, o % n_customers, Decimal(o % 97), t, -1) for o in moved] + [(o, o % n_customers, Decimal(100 + t), t, 1)
+                                                                              for o in moved[:3]]
+        change = [r for r in change if all(r[0] != c[0] for c in changes)]
+        changes += change
+        got += rows_of(view.update(upto=t + 1, orders=spark.createDataFrame(change, o_schema)))
+        handed = {op: [side.count() for side in sides] for op, sides in view.last_kernel_inputs}
+        # the new joined rows (at most 7) and the old updates of the rows they retract
+        assert handed["dd_count"][0] <= 14 and handed["dd_sum"][0] <= 14, handed
+        # each region's totals: at most one row per stored file (a merge and one update since)
+        assert handed["dd_count"][1] <= regions * 2 and handed["dd_sum"][1] <= regions * 2, handed
+    manifest = json.loads(sorted((Path(path) / "_manifests").glob("v*.json"))[-1].read_text())
+    assert [o["sides"] for o in manifest["operators"]] == [[], ["rows", "totals"], ["rows", "totals"]]
+    all_orders = orders.unionByName(spark.createDataFrame(changes, o_schema))
+    assert_updates_equal(consolidate(got), rows_of(q(all_orders, customers)))
