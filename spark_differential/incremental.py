@@ -335,6 +335,14 @@ class _Files:
             self.delete(tmp)
             raise IncrementalStateError(f"sd.incremental: could not rename {tmp} to {p}")
 
+    def size(self, p: str) -> int:
+        """Bytes of the files under ``p`` (a file or a directory)."""
+        if self._jvm is None:
+            if os.path.isfile(p):
+                return os.path.getsize(p)
+            return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
+        return int(self._fs.getContentSummary(self._path(p)).getLength())
+
     def delete(self, p: str) -> None:
         if self._jvm is None:
             import shutil
@@ -804,9 +812,9 @@ class IncrementalView:
                 t = _traces.tag(slot, side)
                 old = old_traces.get(t, [])
                 adv = _traces.advanced_totals if operator.side(side) == _traces.TOTALS else _traces.advanced
-                traces[t], merged = self._roll(
+                traces[t], merged = self._roll_trace(
                     old, run.added.get(t), directory, t, schema,
-                    lambda old=old, t=t, schema=schema, adv=adv: adv(self._read(old, schema, t), ttype, new_front),
+                    lambda files, t=t, schema=schema, adv=adv: adv(self._read(files, schema, t), ttype, new_front),
                 )
                 if merged is not None:
                     wide = wide.unionByName(merged, allowMissingColumns=True)
@@ -823,6 +831,39 @@ class IncrementalView:
             pending_files=[p for p in [_part(directory, "p")] if p in present],
             operators=tuple(run.operators),
         )
+
+    def _roll_trace(
+        self,
+        old: Sequence[str],
+        new: str | None,
+        directory: str,
+        tag: str,
+        schema: T.StructType,
+        merge: Callable[[Sequence[str]], DataFrame],
+    ) -> tuple[list[str], DataFrame | None]:
+        """A stage-2 trace's files in this version: :meth:`_roll`, but merging geometrically, as
+        differential dataflow's spine does.  Once there would be more than ``compact_every`` files,
+        the files after the first (the last full merge, or the first update's file) are merged
+        into one (``<tag>m``, advanced to the frontier and consolidated) while they hold less than
+        half the first file's bytes; from then on all are merged into one (``<tag>c``).  A trace
+        whose updates are small against its size (1,000 changes to 200,000 rows) then merges a
+        few thousand rows at most updates that merge, not all of them; it holds at most about 1.5
+        times its live size plus ``compact_every`` updates.  Merging any subset of the files is
+        exact: each merged file keeps its accumulations in the future of the frontier (seed 004)."""
+        files = list(old)
+        merged = None
+        if files and len(files) + (new is not None) > self.compact_every:
+            base, deltas = files[0], files[1:]
+            if len(deltas) >= 2 and 2 * sum(self._files.size(self._files.join(f)) for f in deltas) < self._files.size(
+                    self._files.join(base)):
+                merged = _tagged(merge(deltas), f"{tag}m", tag, schema)
+                files = [base, _part(directory, f"{tag}m")]
+            else:
+                merged = _tagged(merge(files), f"{tag}c", tag, schema)
+                files = [_part(directory, f"{tag}c")]
+        if new is not None:
+            files.append(new)
+        return files, merged
 
     def _roll(
         self,

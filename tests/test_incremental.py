@@ -692,8 +692,9 @@ def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, t
     """Counts, not timings: ``dd_count``/``dd_sum`` in stage 2 keep per-key totals, so a few
     changes under few keys (every update touches every region here) hand their kernels the
     changed rows, those rows' old updates and the regions' totals, not the regions' rows.
-    Against the one-shot run, over updates that merge the traces (``compact_every=2``),
-    the sum over a decimal column (exact, so kept by totals too)."""
+    Against the one-shot run, over updates that merge the traces (``compact_every=3``: the
+    large traces merge their small deltas alone, the small ones all their files), the sum
+    over a decimal column (exact, so kept by totals too)."""
     path = str(tmp_path / "v")
 
     def q(orders: DataFrame, customers: DataFrame) -> DataFrame:
@@ -710,12 +711,12 @@ def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, t
                                           F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
     customers = spark.range(n_customers).select(F.col("id").alias("cid"), (F.col("id") % regions).cast("string").alias(
         "region"), F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
-    view = sd.incremental(path, q, compact_every=2)
+    view = sd.incremental(path, q, compact_every=3)
     got = rows_of(view.update(upto=1, orders=orders, customers=customers))
     assert stage_of(path) == 2
     rng = random.Random(5)
     changes = []
-    for t in (1, 2):  # each time: three orders change their amount, one is deleted; the second merges
+    for t in (1, 2, 3):  # each time: three orders change their amount, one is deleted; the third merges
         moved = rng.sample(range(n_orders), 4)
         change = [(o, o % n_customers, Decimal(o % 97), t, -1) for o in moved] + [(o, o % n_customers, Decimal(100 + t), t, 1)
                                                                               for o in moved[:3]]
@@ -725,9 +726,14 @@ def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, t
         handed = {op: [side.count() for side in sides] for op, sides in view.last_kernel_inputs}
         # the new joined rows (at most 7) and the old updates of the rows they retract
         assert handed["dd_count"][0] <= 14 and handed["dd_sum"][0] <= 14, handed
-        # each region's totals: at most one row per stored file (a merge and one update since)
-        assert handed["dd_count"][1] <= regions * 2 and handed["dd_sum"][1] <= regions * 2, handed
+        # each region's totals: at most one row per stored file (the first, and one per update since)
+        assert handed["dd_count"][1] <= regions * 3 and handed["dd_sum"][1] <= regions * 3, handed
     manifest = json.loads(sorted((Path(path) / "_manifests").glob("v*.json"))[-1].read_text())
     assert [o["sides"] for o in manifest["operators"]] == [[], ["rows", "totals"], ["rows", "totals"]]
+    merged = {t: fs[0].rsplit("=", 1)[1] for t, fs in manifest["files"]["traces"].items()}
+    # the orders' trace (3,000 rows) kept its first file and merged its two small deltas; the
+    # count's totals (3 regions) merged all their files into one
+    assert merged["s0_0"] == "s0_0" and manifest["files"]["traces"]["s0_0"][1].endswith("s0_0m"), manifest["files"]
+    assert merged["s1_1"] == "s1_1c", manifest["files"]
     all_orders = orders.unionByName(spark.createDataFrame(changes, o_schema))
     assert_updates_equal(consolidate(got), rows_of(q(all_orders, customers)))
