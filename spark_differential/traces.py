@@ -7,7 +7,8 @@ and the reductions: everything that runs a kernel through
 :func:`spark_differential.execution.execute`) is intercepted here and identified
 by its position in the query's calls, its name and the schemas of its inputs in
 kernel form.  Each of its inputs has a **trace**: every update the input ever
-received, in kernel form (bucket, key hash, keys, data, time leaves, ``_d``), as
+received, in kernel form (bucket, keys, data, time leaves, ``_d``; the key hash is
+recomputed when read rather than stored: 8 incompressible bytes a row), as
 Parquet files under the view's path (the last merge, advanced to the frontier of
 that moment with ``advance(t, F)`` and consolidated, plus one file per update
 since).  An update of the operator
@@ -62,6 +63,7 @@ from .execution import (
     BUCKET,
     KEY_HASH,
     Input,
+    _hashed_names,
     bucket_sql,
     finish,
     key_hash,
@@ -188,7 +190,9 @@ class Run:
         if _by_totals(kernel, params):
             return self._totals(op, params, inputs[0], out_fields, out_columns, kernel_type)
         slot = len(self.operators)
-        prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW) for inp in inputs]
+        # stored without the key hash (8 incompressible bytes a row): recomputed from the key columns when read
+        prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW, KEY_HASH) for inp in inputs]
+        hashed = [_hashed_names(inp) for inp in inputs]
         me = Operator(op, tuple(p.schema for p in prepared))
         self.operators.append(me)
         out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
@@ -203,15 +207,16 @@ class Run:
         if not written:  # no new updates: no output changes
             return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
         self.added.update(written)
-        news = [self._read([written[t]] if t in written else [], p.schema, t, True) for t, p in zip(tags, prepared)]
+        news = [_with_hash(self._read([written[t]] if t in written else [], p.schema, t, True), h)
+                for t, p, h in zip(tags, prepared, hashed)]
         # the keys the new updates touch (not deduplicated: a semi-join needs no distinct keys,
         # and a distinct would cost one more shuffle, one more job)
         touched = news[0].select(BUCKET, KEY_HASH)
         for n in news[1:]:
             touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
         sides = []
-        for t, p, new in zip(tags, prepared, news):
-            old = self._read(self.traces.get(t, []), p.schema, t, False)
+        for t, p, new, h in zip(tags, prepared, news, hashed):
+            old = _with_hash(self._read(self.traces.get(t, []), p.schema, t, False), h)
             sides.append(old.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new))
         self.kernel_inputs.append((op, sides))
         out = run_bucketed(kernel, params, sides, out_schema)
@@ -230,7 +235,7 @@ class Run:
 
         Two traces: ``s<i>_0``, the input rows in kernel form with the hash of the whole
         row (keys and data) as ``_sd_h`` (the bucket still follows the key), and
-        ``s<i>_1``, the totals ``(bucket, key hash, keys, time, _cn, _cs, _cnn)``.  The new
+        ``s<i>_1``, the totals ``(bucket, keys, time, _cn, _cs, _cnn)``.  The new
         rows are written (one job); one broadcast of their (bucket, row hash) and (bucket,
         key hash) picks the trace rows of the touched rows and the totals of the touched
         keys; the kernel's output (the operator's output changes and the totals' changes,
@@ -239,12 +244,11 @@ class Run:
         slot = len(self.operators)
         w = kernel_type.width
         kcols, acols = keys(params.nkeys), names("_a", params.ndata)
-        base = prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW)
-        rows = base.withColumn(KEY_HASH, key_hash([F.col(c) for c in [*kcols, *acols]]))
+        rows = prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW, KEY_HASH)
         key_fields = [rows.schema[c] for c in kcols]
         stype = out_fields[params.nkeys].dataType if params.agg == "sum" else T.LongType()
         tot_schema = T.StructType([
-            rows.schema[BUCKET], rows.schema[KEY_HASH], *key_fields,
+            rows.schema[BUCKET], *key_fields,
             *[T.StructField(c, T.LongType(), False) for c in times(w)],
             T.StructField(ktotals.CN, T.LongType(), True), T.StructField(ktotals.CS, stype, True),
             T.StructField(ktotals.CNN, T.LongType(), True),
@@ -263,13 +267,13 @@ class Run:
         if not written:  # no new updates: no output changes
             return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
         self.added.update(written)
-        new = self._read([written[t_rows]], rows.schema, t_rows, True)
+        new = _with_hash(self._read([written[t_rows]], rows.schema, t_rows, True), [*kcols, *acols])
         khash = key_hash([F.col(c) for c in kcols])
         # one broadcast for both semi-joins: the rows' hashes and the keys' hashes (a row hash
         # equal to a key hash by chance only adds rows the kernel finds unchanged)
         touched = new.select(BUCKET, KEY_HASH).unionByName(new.select(BUCKET, khash.alias(KEY_HASH)))
-        old_rows = self._read(self.traces.get(t_rows, []), rows.schema, t_rows, False)
-        old_tot = self.read(self.traces.get(t_tot, []), tot_schema, t_tot)
+        old_rows = _with_hash(self._read(self.traces.get(t_rows, []), rows.schema, t_rows, False), [*kcols, *acols])
+        old_tot = _with_hash(self.read(self.traces.get(t_tot, []), tot_schema, t_tot), kcols)
         sides = [old_rows.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new),
                  old_tot.join(touched, [BUCKET, KEY_HASH], "left_semi")]
         self.kernel_inputs.append((op, sides))
@@ -283,7 +287,7 @@ class Run:
         # shuffle and broadcast (Spark reuses both within one plan); a write of its own would be one
         # more query and job, which costs more than running the kernel again on the touched rows
         out = run_bucketed(ktotals.totals, params, sides, wide_schema)
-        tot_cols = [F.expr(bucket_sql(kcols, self.nbuckets, self.nparts)), khash,
+        tot_cols = [F.expr(bucket_sql(kcols, self.nbuckets, self.nparts)),
                     *[F.col(c) for c in [*kcols, *times(w), *ktotals.TOTALS]]]
         self.stored.append((t_tot, out.where(F.col(ktotals.TAG) == 1).select(
             *[c.alias(f.name) for c, f in zip(tot_cols, tot_schema.fields)]), tot_schema))
@@ -346,6 +350,13 @@ def advanced_totals(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves
     sums = [F.sum(c).cast(trace.schema[c].dataType).alias(c) for c in tot]
     nonzero = (F.col(tot[0]) != 0) | (F.col(tot[1]) != 0) | (F.col(tot[2]) != 0)
     return trace.select(*rest, *adv, *tot).groupBy(*rest, *leaves).agg(*sums).where(nonzero).select(*trace.columns)
+
+
+def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
+    """Stored trace rows (kernel form, no key hash) with their key hash ``_sd_h`` again: the
+    :func:`~spark_differential.execution.key_hash` of the columns ``hashed`` (kernel names),
+    as :func:`~spark_differential.execution.prepare` computed it."""
+    return df.withColumn(KEY_HASH, key_hash([F.col(c) for c in hashed]))
 
 
 def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:
