@@ -37,8 +37,9 @@ What is measured
     ``dd_iterate`` and runs in stage 1 (each update re-runs the query over the
     compacted inputs: its cost follows their live size).  ``--stage compare`` runs
     the ``view`` workload twice on the same data, as ``view-s2`` (the stage the view
-    picks) and ``view-s1`` (``stage=1`` forced), in the same session, the one-shot
-    recomputation in the first of them only; ``--stage 1`` or ``2`` runs it in that
+    picks) and ``view-s1`` (``stage=1`` forced), in the same session, interleaved
+    (update ``i`` of one view, then of the other: both share the JVM's warm-up), the
+    one-shot recomputation after ``view-s2``'s updates only; ``--stage 1`` or ``2`` runs it in that
     stage only; ``auto`` (the default) as ``view``, in the stage the view picks.
 
     python benchmarks/incremental.py --updates 20
@@ -241,40 +242,56 @@ def fmt_cpu(x: float | None) -> str:
 
 def run(spark: Any, name: str, work: Any, updates: int, oneshot_every: int, root: str,
         progress: str | None = None, stage: int | None = None) -> list[dict[str, Any]]:
-    path, logdir = os.path.join(root, name, "state"), os.path.join(root, name, "log")
-    view = sd.incremental(path, work.query, spark=spark, stage=stage)
-    rows: list[dict[str, Any]] = []
+    """One workload's updates (see :func:`run_interleaved`)."""
+    return run_interleaved(spark, [(name, work, stage)], updates, oneshot_every, root, progress)[name]
+
+
+def run_interleaved(spark: Any, specs: list[tuple[str, Any, int | None]], updates: int, oneshot_every: int, root: str,
+                    progress: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Update ``i`` of every view in ``specs`` (name, workload, stage), then update ``i + 1`` of every
+    view, ...: views compared in one run share the JVM's warm-up (its JIT compiler keeps making the
+    driver's planning cheaper for hundreds of updates), so neither gets a warmer JVM by running
+    second.  The one-shot recomputation follows the first view's updates only."""
+    views = {}
+    for name, work, stage in specs:
+        path = os.path.join(root, name, "state")
+        views[name] = (path, os.path.join(root, name, "log"), work,
+                       sd.incremental(path, work.query, spark=spark, stage=stage))
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in specs}
     for i in range(updates + 1):
-        batch = work.initial() if i == 0 else work.step(i)
-        dfs = {n: spark.createDataFrame(pdf, SCHEMAS[n]) for n, pdf in batch.items()}
-        for n, pdf in batch.items():  # the change log so far, for the one-shot runs
-            os.makedirs(os.path.join(logdir, n), exist_ok=True)
-            pdf.to_parquet(os.path.join(logdir, n, f"part-{i:06d}.parquet"), index=False)
-        c0, t0 = tree_cpu(), time.perf_counter()
-        with count_jobs(spark) as jobs:
-            out = view.update(upto=i + 1, batch_id=i, **dfs)
-            n_out = out.count()
-        took, cpu = time.perf_counter() - t0, cpu_between(c0, tree_cpu())
-        row: dict[str, Any] = {"update": i, "seconds": took, "cpu_seconds": cpu, "jobs": jobs.jobs, "tasks": jobs.tasks,
-                               "output_rows": n_out, "state_bytes": state_size(path), "stage": manifest(path)["stage"]}
-        if i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
-            inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
-                      if os.path.isdir(os.path.join(logdir, n))}
+        for k, (name, _, _) in enumerate(specs):
+            path, logdir, work, view = views[name]
+            batch = work.initial() if i == 0 else work.step(i)
+            dfs = {n: spark.createDataFrame(pdf, SCHEMAS[n]) for n, pdf in batch.items()}
+            for n, pdf in batch.items():  # the change log so far, for the one-shot runs
+                os.makedirs(os.path.join(logdir, n), exist_ok=True)
+                pdf.to_parquet(os.path.join(logdir, n, f"part-{i:06d}.parquet"), index=False)
             c0, t0 = tree_cpu(), time.perf_counter()
             with count_jobs(spark) as jobs:
-                work.query(**inputs).write.format("noop").mode("overwrite").save()
-            row["oneshot_seconds"] = time.perf_counter() - t0
-            row["oneshot_cpu_seconds"] = cpu_between(c0, tree_cpu())
-            row["oneshot_jobs"] = jobs.jobs
-        rows.append(row)
-        log(f"{name} (stage {row['stage']}) update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs), {n_out} output rows, "
-            f"state {row['state_bytes'] / 1e6:.2f} MB"
-            + (f"; one-shot {row['oneshot_seconds']:.2f}s ({fmt_cpu(row['oneshot_cpu_seconds'])} CPU s, "
-               f"{row['oneshot_jobs']} jobs)" if "oneshot_seconds" in row else ""))
-        if progress:
-            with open(progress, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"workload": name, **row}) + "\n")
-    return rows
+                res = view.update(upto=i + 1, batch_id=i, **dfs)
+                n_out = res.count()
+            took, cpu = time.perf_counter() - t0, cpu_between(c0, tree_cpu())
+            row: dict[str, Any] = {"update": i, "seconds": took, "cpu_seconds": cpu, "jobs": jobs.jobs,
+                                   "tasks": jobs.tasks, "output_rows": n_out, "state_bytes": state_size(path),
+                                   "stage": manifest(path)["stage"]}
+            if k == 0 and i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
+                inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
+                          if os.path.isdir(os.path.join(logdir, n))}
+                c0, t0 = tree_cpu(), time.perf_counter()
+                with count_jobs(spark) as jobs:
+                    work.query(**inputs).write.format("noop").mode("overwrite").save()
+                row["oneshot_seconds"] = time.perf_counter() - t0
+                row["oneshot_cpu_seconds"] = cpu_between(c0, tree_cpu())
+                row["oneshot_jobs"] = jobs.jobs
+            out[name].append(row)
+            log(f"{name} (stage {row['stage']}) update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs), "
+                f"{n_out} output rows, state {row['state_bytes'] / 1e6:.2f} MB"
+                + (f"; one-shot {row['oneshot_seconds']:.2f}s ({fmt_cpu(row['oneshot_cpu_seconds'])} CPU s, "
+                   f"{row['oneshot_jobs']} jobs)" if "oneshot_seconds" in row else ""))
+            if progress:
+                with open(progress, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"workload": name, **row}) + "\n")
+    return out
 
 
 def valid(cpu: float | None) -> bool:
@@ -422,10 +439,10 @@ def main() -> int:
                 "compare": [("view-s2", None), ("view-s1", 1)], "auto": [("view", None)], "1": [("view-s1", 1)],
                 "2": [("view-s2", 2)],
             }[args.stage]
-            for k, (name, stage) in enumerate(stages):
-                work = ViewWorkload(args.customers, args.orders, args.changes, args.seed, args.count_keys_only)
-                rows = run(spark, name, work, args.updates, args.oneshot_every if k == 0 else 0, root, args.progress,
-                           stage=stage)
+            specs = [(name, ViewWorkload(args.customers, args.orders, args.changes, args.seed, args.count_keys_only), stage)
+                     for name, stage in stages]
+            for name, rows in run_interleaved(spark, specs, args.updates, args.oneshot_every, root,
+                                              args.progress).items():
                 summaries.append(summarize(name, rows, args.window))
                 all_rows[name] = rows
         if args.workload in ("bfs", "both"):

@@ -116,12 +116,11 @@ from .errors import (
 )
 from .execution import buckets, shuffle_partitions
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
-from .traces import Operator
+from .traces import KIND, Operator
 
 FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
 READS = (2, 3)
 MANIFESTS = "_manifests"
-KIND = "_sd_kind"  # the partition column of a version's one Parquet write: which stored collection a row belongs to
 _MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 _VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 LATE_MODES = ("error", "advance")
@@ -375,6 +374,14 @@ class _Files:
             self.delete(tmp)
             raise IncrementalStateError(f"sd.incremental: could not rename {tmp} to {p}")
 
+    def size(self, p: str) -> int:
+        """Bytes of the files under ``p`` (a file or a directory)."""
+        if self._jvm is None:
+            if os.path.isfile(p):
+                return os.path.getsize(p)
+            return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
+        return int(self._fs.getContentSummary(self._path(p)).getLength())
+
     def delete(self, p: str) -> None:
         if self._jvm is None:
             import shutil
@@ -505,9 +512,7 @@ def _part(directory: str, tag: str, write: str = "data") -> str:
     return f"{directory}/{write}/{KIND}={tag}"
 
 
-def _physical(prefix: str, schema: T.StructType) -> list[str]:
-    """Column names of a stored collection in its version's one Parquet write (unique per collection)."""
-    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
+_physical = _traces.physical
 
 
 def _tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFrame:
@@ -753,9 +758,15 @@ class IncrementalView:
             one = _tagged(df, t, t, schema)
             wide = one if wide is None else wide.unionByName(one, allowMissingColumns=True)
         assert wide is not None
+        return self._write_wide(subdir, wide)
+
+    def _write_wide(self, subdir: str, wide: DataFrame) -> dict[str, str]:
+        """Store rows tagged by :data:`KIND` (each collection under its physical column names) in one
+        Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written."""
         wide.write.partitionBy(KIND).parquet(self._files.join(subdir))
-        present = set(self._files.listdir(self._files.join(subdir)))
-        return {t: f"{subdir}/{KIND}={t}" for t, _, _ in parts if f"{KIND}={t}" in present}
+        prefix = f"{KIND}="
+        return {n[len(prefix):]: f"{subdir}/{n}" for n in self._files.listdir(self._files.join(subdir))
+                if n.startswith(prefix)}
 
     def _stage(
         self, op: str, schemas: Mapping[str, T.StructType], ttype: TimeType
@@ -831,14 +842,18 @@ class IncrementalView:
         physical = _physical("o", out_schema)
         kind = F.when(in_future(ready, ttype, new_front), F.lit("p")).otherwise(F.lit("o"))
         wide = ready.select(kind.alias(KIND), *[F.col(f.name).alias(c) for f, c in zip(out_schema.fields, physical)])
+        for t, df, schema in run.stored:  # totals traces' newest files
+            wide = wide.unionByName(_tagged(df, t, t, schema), allowMissingColumns=True)
+            run.added[t] = _part(directory, t)
         traces: dict[str, list[str]] = {}
         for slot, operator in enumerate(run.operators):
             for side, schema in enumerate(operator.inputs):
                 t = _traces.tag(slot, side)
                 old = old_traces.get(t, [])
-                traces[t], merged = self._roll(
+                adv = _traces.advanced_totals if operator.side(side) == _traces.TOTALS else _traces.advanced
+                traces[t], merged = self._roll_trace(
                     old, run.added.get(t), directory, t, schema,
-                    lambda old=old, t=t, schema=schema: _traces.advanced(self._read(old, schema, t), ttype, new_front),
+                    lambda files, t=t, schema=schema, adv=adv: adv(self._read(files, schema, t), ttype, new_front),
                 )
                 if merged is not None:
                     wide = wide.unionByName(merged, allowMissingColumns=True)
@@ -855,6 +870,39 @@ class IncrementalView:
             pending_files=[p for p in [_part(directory, "p")] if p in present],
             operators=tuple(run.operators),
         )
+
+    def _roll_trace(
+        self,
+        old: Sequence[str],
+        new: str | None,
+        directory: str,
+        tag: str,
+        schema: T.StructType,
+        merge: Callable[[Sequence[str]], DataFrame],
+    ) -> tuple[list[str], DataFrame | None]:
+        """A stage-2 trace's files in this version: :meth:`_roll`, but merging geometrically, as
+        differential dataflow's spine does.  Once there would be more than ``compact_every`` files,
+        the files after the first (the last full merge, or the first update's file) are merged
+        into one (``<tag>m``, advanced to the frontier and consolidated) while they hold less than
+        half the first file's bytes; from then on all are merged into one (``<tag>c``).  A trace
+        whose updates are small against its size (1,000 changes to 200,000 rows) then merges a
+        few thousand rows at most updates that merge, not all of them; it holds at most about 1.5
+        times its live size plus ``compact_every`` updates.  Merging any subset of the files is
+        exact: each merged file keeps its accumulations in the future of the frontier (seed 004)."""
+        files = list(old)
+        merged = None
+        if files and len(files) + (new is not None) > self.compact_every:
+            base, deltas = files[0], files[1:]
+            if len(deltas) >= 2 and 2 * sum(self._files.size(self._files.join(f)) for f in deltas) < self._files.size(
+                    self._files.join(base)):
+                merged = _tagged(merge(deltas), f"{tag}m", tag, schema)
+                files = [base, _part(directory, f"{tag}m")]
+            else:
+                merged = _tagged(merge(files), f"{tag}c", tag, schema)
+                files = [_part(directory, f"{tag}c")]
+        if new is not None:
+            files.append(new)
+        return files, merged
 
     def _roll(
         self,

@@ -7,7 +7,8 @@ and the reductions: everything that runs a kernel through
 :func:`spark_differential.execution.execute`) is intercepted here and identified
 by its position in the query's calls, its name and the schemas of its inputs in
 kernel form.  Each of its inputs has a **trace**: every update the input ever
-received, in kernel form (bucket, key hash, keys, data, time leaves, ``_d``), as
+received, in kernel form (bucket, keys, data, time leaves, ``_d``; the key hash is
+recomputed when read rather than stored: 8 incompressible bytes a row), as
 Parquet files under the view's path (the last merge, advanced to the frontier of
 that moment with ``advance(t, F)`` and consolidated, plus one file per update
 since).  An update of the operator
@@ -27,6 +28,17 @@ every other time (there the new updates accumulate to nothing).  The times not i
 the future of ``F`` are a down-set, so the consolidated output has no update there.
 The operator's output changes are thus exactly the changes of its output in the
 future of ``F``, which is what the next operator's trace needs.
+
+``dd_count`` and ``dd_sum`` over integers or decimals are kept differently
+(:meth:`Run._totals`, :mod:`spark_differential.kernels.totals`, whose docstring has
+the proof): their output at a time is a function of per-key totals (count, sum, number
+of non-null values), each a sum over rows of the row's positive multiplicity.  They
+keep two traces: the input rows, picked by the hash of the *whole row* (keys and data:
+an update reads the old updates of the rows it changes, not of their keys), and the
+totals ``(key, time, _cn, _cs, _cnn)`` of every key, advanced and consolidated like the
+rows (:func:`advanced_totals`: one row per key and distinct advanced time).  So a count
+per region whose every update touches all regions reads the changed rows and one
+total per region, not every row of every region.
 
 A query whose output depends on history (``differentiate``, ``dd_delay``,
 ``dd_asof_join``), a ``dd_iterate``, or an operator working over another time type
@@ -51,12 +63,16 @@ from .execution import (
     BUCKET,
     KEY_HASH,
     Input,
+    _hashed_names,
+    bucket_sql,
     finish,
+    key_hash,
     prepare,
     run_bucketed,
     time_fields,
 )
-from .kernels.common import NEW, D, times
+from .kernels import totals as ktotals
+from .kernels.common import NEW, D, keys, names, times
 from .lattice import Leaves, TimeType
 from .scope import Entry
 
@@ -70,21 +86,38 @@ Read = Callable[[Sequence[str], T.StructType, str], DataFrame]
 
 @dataclass(frozen=True)
 class Operator:
-    """One stateful operator of a view's query: its name and its inputs' schemas in kernel form."""
+    """One stateful operator of a view's query: its name, its traces' schemas in kernel form and
+    what each trace holds (``sides``: ``"rows"``, an input's updates; ``"totals"``, the per-key
+    totals of a count or sum, :mod:`spark_differential.kernels.totals`)."""
 
     op: str
     inputs: tuple[T.StructType, ...]
+    sides: tuple[str, ...] = ()
+
+    def side(self, j: int) -> str:
+        """What trace ``j`` holds (``"rows"`` unless said otherwise)."""
+        return self.sides[j] if j < len(self.sides) else ROWS
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "inputs": [s.jsonValue() for s in self.inputs]}
+        return {"op": self.op, "inputs": [s.jsonValue() for s in self.inputs], "sides": list(self.sides)}
 
     @classmethod
     def from_json(cls, m: dict[str, Any]) -> Operator:
-        return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]))
+        return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]),
+                   tuple(str(x) for x in m.get("sides", [])))
 
     def describe(self) -> str:
         cols = " / ".join(", ".join(f.name for f in s.fields if f.name not in (BUCKET, KEY_HASH)) for s in self.inputs)
         return f"{self.op}({cols})"
+
+
+ROWS, TOTALS = "rows", "totals"
+KIND = "_sd_kind"  # the partition column of a view's Parquet writes: which stored collection a row belongs to
+
+
+def physical(prefix: str, schema: T.StructType) -> list[str]:
+    """Column names of a stored collection in its version's Parquet writes (unique per collection)."""
+    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
 
 
 def tag(slot: int, side: int) -> str:
@@ -131,6 +164,8 @@ class Run:
     operators: list[Operator] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
     added: dict[str, str] = field(default_factory=dict)
+    # collections stored by the version's last write (tag, rows, schema): the newest files of totals traces
+    stored: list[tuple[str, DataFrame, T.StructType]] = field(default_factory=list)
     kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
 
     def takes(self, entries: Sequence[Entry]) -> bool:
@@ -152,8 +187,12 @@ class Run:
         kernel_type: TimeType,
     ) -> DataFrame:
         """One stateful operator of the query (see the module docstring)."""
+        if _by_totals(kernel, params):
+            return self._totals(op, params, inputs[0], out_fields, out_columns, kernel_type)
         slot = len(self.operators)
-        prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW) for inp in inputs]
+        # stored without the key hash (8 incompressible bytes a row): recomputed from the key columns when read
+        prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW, KEY_HASH) for inp in inputs]
+        hashed = [_hashed_names(inp) for inp in inputs]
         me = Operator(op, tuple(p.schema for p in prepared))
         self.operators.append(me)
         out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
@@ -168,19 +207,92 @@ class Run:
         if not written:  # no new updates: no output changes
             return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
         self.added.update(written)
-        news = [self._read([written[t]] if t in written else [], p.schema, t, True) for t, p in zip(tags, prepared)]
+        news = [_with_hash(self._read([written[t]] if t in written else [], p.schema, t, True), h)
+                for t, p, h in zip(tags, prepared, hashed)]
         # the keys the new updates touch (not deduplicated: a semi-join needs no distinct keys,
         # and a distinct would cost one more shuffle, one more job)
         touched = news[0].select(BUCKET, KEY_HASH)
         for n in news[1:]:
             touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
         sides = []
-        for t, p, new in zip(tags, prepared, news):
-            old = self._read(self.traces.get(t, []), p.schema, t, False)
+        for t, p, new, h in zip(tags, prepared, news, hashed):
+            old = _with_hash(self._read(self.traces.get(t, []), p.schema, t, False), h)
             sides.append(old.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new))
         self.kernel_inputs.append((op, sides))
         out = run_bucketed(kernel, params, sides, out_schema)
         return finish(out, out_columns, kernel_type)
+
+    def _totals(
+        self,
+        op: str,
+        params: Any,
+        inp: Input,
+        out_fields: Sequence[T.StructField],
+        out_columns: Sequence[tuple[str, str]],
+        kernel_type: TimeType,
+    ) -> DataFrame:
+        """A ``dd_count`` or exact ``dd_sum`` from per-key totals (:mod:`spark_differential.kernels.totals`).
+
+        Two traces: ``s<i>_0``, the input rows in kernel form with the hash of the whole
+        row (keys and data) as ``_sd_h`` (the bucket still follows the key), and
+        ``s<i>_1``, the totals ``(bucket, keys, time, _cn, _cs, _cnn)``.  The new
+        rows are written (one job); one broadcast of their (bucket, row hash) and (bucket,
+        key hash) picks the trace rows of the touched rows and the totals of the touched
+        keys; the kernel's output (the operator's output changes and the totals' changes,
+        tagged) goes to the rest of the query and, its totals' changes, to the version's last
+        write (``Run.stored``), as the newest file of the totals trace."""
+        slot = len(self.operators)
+        w = kernel_type.width
+        kcols, acols = keys(params.nkeys), names("_a", params.ndata)
+        rows = prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW, KEY_HASH)
+        key_fields = [rows.schema[c] for c in kcols]
+        stype = out_fields[params.nkeys].dataType if params.agg == "sum" else T.LongType()
+        tot_schema = T.StructType([
+            rows.schema[BUCKET], *key_fields,
+            *[T.StructField(c, T.LongType(), False) for c in times(w)],
+            T.StructField(ktotals.CN, T.LongType(), True), T.StructField(ktotals.CS, stype, True),
+            T.StructField(ktotals.CNN, T.LongType(), True),
+        ])
+        me = Operator(op, (rows.schema, tot_schema), (ROWS, TOTALS))
+        self.operators.append(me)
+        out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
+        if self.probe:
+            if kernel_type != self.ttype:
+                self.blockers.append(f"{op} over {kernel_type.describe()} times")
+            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+        self._check(slot, me)
+        assert self.write is not None and self.read is not None
+        t_rows, t_tot = tag(slot, 0), tag(slot, 1)
+        written = self.write(f"s{slot}", [(t_rows, rows, rows.schema)])
+        if not written:  # no new updates: no output changes
+            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+        self.added.update(written)
+        new = _with_hash(self._read([written[t_rows]], rows.schema, t_rows, True), [*kcols, *acols])
+        khash = key_hash([F.col(c) for c in kcols])
+        # one broadcast for both semi-joins: the rows' hashes and the keys' hashes (a row hash
+        # equal to a key hash by chance only adds rows the kernel finds unchanged)
+        touched = new.select(BUCKET, KEY_HASH).unionByName(new.select(BUCKET, khash.alias(KEY_HASH)))
+        old_rows = _with_hash(self._read(self.traces.get(t_rows, []), rows.schema, t_rows, False), [*kcols, *acols])
+        old_tot = _with_hash(self.read(self.traces.get(t_tot, []), tot_schema, t_tot), kcols)
+        sides = [old_rows.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new),
+                 old_tot.join(touched, [BUCKET, KEY_HASH], "left_semi")]
+        self.kernel_inputs.append((op, sides))
+        wide_schema = T.StructType([
+            T.StructField(ktotals.TAG, T.IntegerType(), False), *key_fields, out_fields[params.nkeys],
+            *[T.StructField(c, T.LongType(), False) for c in times(w)], T.StructField(D, T.LongType(), True),
+            *tot_schema.fields[-3:],
+        ])
+        # the kernel runs in the version's one last write, twice: its output changes (through the rest of
+        # the query) and the totals' changes (stored as the totals trace's newest file) read the same
+        # shuffle and broadcast (Spark reuses both within one plan); a write of its own would be one
+        # more query and job, which costs more than running the kernel again on the touched rows
+        out = run_bucketed(ktotals.totals, params, sides, wide_schema)
+        tot_cols = [F.expr(bucket_sql(kcols, self.nbuckets, self.nparts)),
+                    *[F.col(c) for c in [*kcols, *times(w), *ktotals.TOTALS]]]
+        self.stored.append((t_tot, out.where(F.col(ktotals.TAG) == 1).select(
+            *[c.alias(f.name) for c, f in zip(tot_cols, tot_schema.fields)]), tot_schema))
+        changes = out.where(F.col(ktotals.TAG) == 0).select(*[f.name for f in out_schema.fields])
+        return finish(changes, out_columns, kernel_type)
 
     def _read(self, files: Sequence[str], schema: T.StructType, name: str, new: bool) -> DataFrame:
         assert self.read is not None
@@ -194,7 +306,8 @@ class Run:
                 "same from update to update. Rebuild the view at a new path by replaying its inputs."
             )
         want = self.expected[slot]
-        if want.op != me.op or [s.simpleString() for s in want.inputs] != [s.simpleString() for s in me.inputs]:
+        if (want.op != me.op or [s.simpleString() for s in want.inputs] != [s.simpleString() for s in me.inputs]
+                or [want.side(j) for j in range(len(want.inputs))] != [me.side(j) for j in range(len(me.inputs))]):
             raise IncrementalStateError(
                 f"sd.incremental: the query's stateful operator #{slot + 1} is {me.describe()} but the view stored "
                 f"under {self.where} was built with {want.describe()}; the query must stay the same from update to "
@@ -226,4 +339,32 @@ def advanced(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> D
     )
 
 
-__all__ = ["Operator", "Run", "advanced", "current", "running", "tag"]
+def advanced_totals(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
+    """A totals trace (:meth:`Run._totals`) advanced to ``frontier`` and consolidated: the
+    changes ``(_cn, _cs, _cnn)`` summed per key and advanced time, rows summing to zero dropped
+    (accumulations in the future of ``frontier`` are kept: seed 004)."""
+    leaves = times(ttype.width)
+    tot = list(ktotals.TOTALS)
+    rest = [c for c in trace.columns if c not in (*leaves, *tot)]
+    adv = [F.expr(e).alias(n) for e, n in zip(ttype.sql_advance(leaves, list(frontier)), leaves)]
+    sums = [F.sum(c).cast(trace.schema[c].dataType).alias(c) for c in tot]
+    nonzero = (F.col(tot[0]) != 0) | (F.col(tot[1]) != 0) | (F.col(tot[2]) != 0)
+    return trace.select(*rest, *adv, *tot).groupBy(*rest, *leaves).agg(*sums).where(nonzero).select(*trace.columns)
+
+
+def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
+    """Stored trace rows (kernel form, no key hash) with their key hash ``_sd_h`` again: the
+    :func:`~spark_differential.execution.key_hash` of the columns ``hashed`` (kernel names),
+    as :func:`~spark_differential.execution.prepare` computed it."""
+    return df.withColumn(KEY_HASH, key_hash([F.col(c) for c in hashed]))
+
+
+def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:
+    """Whether a stateful operator is a count or an exact sum (kept by per-key totals)."""
+    from .kernels import reduce as kreduce
+
+    return (kernel is kreduce.reduce and isinstance(params, kreduce.ReduceParams) and params.agg in ("count", "sum")
+            and (params.agg == "count" or params.exact_sum))
+
+
+__all__ = ["Operator", "Run", "advanced", "advanced_totals", "current", "running", "tag"]

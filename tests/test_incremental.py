@@ -25,6 +25,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -393,11 +394,13 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     shuffle per merged collection: both inputs and the output returned so far, 8 jobs.
 
     Stage 2: one write stores the join's new input updates; per operator, one job
-    broadcasts the keys they touch (to pick those keys' trace rows) and one shuffles new
-    and trace rows by key bucket for the kernel; the join's output (the count's new
-    input) is one more write; then one shuffle consolidates the output and one write
-    stores it: 8 jobs.  Merging (every third update) adds one shuffle per trace (the
-    join's two, the count's one): 11 jobs.
+    broadcasts the keys they touch (to pick those keys' trace rows; for the count, the
+    touched rows' and keys' hashes in one) and one shuffles new and trace rows by key
+    bucket for the kernel; the join's output (the count's new input) is one more write;
+    then one shuffle consolidates the output and one write stores it with the count's
+    new totals (the count's kernel runs twice there, on one shuffle): 8 jobs.  Merging
+    (every third update) adds one shuffle per trace (the join's two, the count's rows
+    and totals): 12 jobs.
     """
     from spark_differential._jobs import count_jobs
 
@@ -431,7 +434,7 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     assert want and sorted(consolidate(got)) == sorted(want)
     # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
     assert stage_of(tmp_path / "v") == stage
-    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 11, 8]), jobs
+    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 12, 8]), jobs
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
@@ -683,3 +686,54 @@ def test_stage2_view_on_the_session(spark, tmp_path) -> None:
     got = run_view(spark, str(path), q, inputs, steps, lat)
     assert stage_of(path) == 2
     assert_updates_equal(consolidate(got), expected(ref, inputs, steps[-1][0], lat))
+
+
+def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, tmp_path) -> None:
+    """Counts, not timings: ``dd_count``/``dd_sum`` in stage 2 keep per-key totals, so a few
+    changes under few keys (every update touches every region here) hand their kernels the
+    changed rows, those rows' old updates and the regions' totals, not the regions' rows.
+    Against the one-shot run, over updates that merge the traces (``compact_every=3``: the
+    large traces merge their small deltas alone, the small ones all their files), the sum
+    over a decimal column (exact, so kept by totals too)."""
+    path = str(tmp_path / "v")
+
+    def q(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        joined = orders.dd_join(customers, on="cid")
+        return joined.dd_count(by="region").select("region", F.col("count").cast("decimal(22,2)").alias("v"),
+                                                    F.lit("count").alias("what"), "time", "diff").dd_concat(
+            joined.dd_sum(by="region", col="amount").select("region", F.col("amount").alias("v"),
+                                                            F.lit("sum").alias("what"), "time", "diff"))
+
+    n_orders, n_customers, regions = 3_000, 300, 3
+    o_schema = "oid long, cid long, amount decimal(12,2), time long, diff long"
+    orders = spark.range(n_orders).select(F.col("id").alias("oid"), (F.col("id") % n_customers).alias("cid"),
+                                          (F.col("id") % 97).cast("decimal(12,2)").alias("amount"),
+                                          F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    customers = spark.range(n_customers).select(F.col("id").alias("cid"), (F.col("id") % regions).cast("string").alias(
+        "region"), F.lit(0).cast("long").alias("time"), F.lit(1).cast("long").alias("diff"))
+    view = sd.incremental(path, q, compact_every=3)
+    got = rows_of(view.update(upto=1, orders=orders, customers=customers))
+    assert stage_of(path) == 2
+    rng = random.Random(5)
+    changes = []
+    for t in (1, 2, 3):  # each time: three orders change their amount, one is deleted; the third merges
+        moved = rng.sample(range(n_orders), 4)
+        change = [(o, o % n_customers, Decimal(o % 97), t, -1) for o in moved] + [(o, o % n_customers, Decimal(100 + t), t, 1)
+                                                                              for o in moved[:3]]
+        change = [r for r in change if all(r[0] != c[0] for c in changes)]
+        changes += change
+        got += rows_of(view.update(upto=t + 1, orders=spark.createDataFrame(change, o_schema)))
+        handed = {op: [side.count() for side in sides] for op, sides in view.last_kernel_inputs}
+        # the new joined rows (at most 7) and the old updates of the rows they retract
+        assert handed["dd_count"][0] <= 14 and handed["dd_sum"][0] <= 14, handed
+        # each region's totals: at most one row per stored file (the first, and one per update since)
+        assert handed["dd_count"][1] <= regions * 3 and handed["dd_sum"][1] <= regions * 3, handed
+    manifest = json.loads(sorted((Path(path) / "_manifests").glob("v*.json"))[-1].read_text())
+    assert [o["sides"] for o in manifest["operators"]] == [[], ["rows", "totals"], ["rows", "totals"]]
+    merged = {t: fs[0].rsplit("=", 1)[1] for t, fs in manifest["files"]["traces"].items()}
+    # the orders' trace (3,000 rows) kept its first file and merged its two small deltas; the
+    # count's totals (3 regions) merged all their files into one
+    assert merged["s0_0"] == "s0_0" and manifest["files"]["traces"]["s0_0"][1].endswith("s0_0m"), manifest["files"]
+    assert merged["s1_1"] == "s1_1c", manifest["files"]
+    all_orders = orders.unionByName(spark.createDataFrame(changes, o_schema))
+    assert_updates_equal(consolidate(got), rows_of(q(all_orders, customers)))
