@@ -483,7 +483,8 @@ class _Trace:
         from .kernels.common import conform
 
         if self.key:
-            kept = native.key_sorted(table, self.key)
+            # within a key in time order: what a reduction's sweep reads (kernels.extremum)
+            kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if c.startswith("_t")])
             if kept is not None:
                 return dataclasses.replace(kept, table=conform(kept.table, self.schema))
         cols = [c for c in table.column_names if c != "_d"]
@@ -514,8 +515,11 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         news.append(new)
         olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
+    traced = None
     if not any(n.num_rows for n in present):
         out = step.out_schema.empty_table()
+    elif (traced := _traced_extremum(step, news, olds)) is not None:
+        out = conform(traced, step.out_schema)
     else:
         sides = []
         for inp, new, old in zip(step.inputs, news, olds):
@@ -536,6 +540,23 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
     keep = [internal for internal, _ in step.out_columns] + t + [D]
     out = out.select(keep)
     return out.rename_columns([labels[c] for c in keep])
+
+
+def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[_Trace | None]) -> pa.Table | None:
+    """``dd_min``/``dd_max`` of one loop input read against its trace in place
+    (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
+    are never gathered into a table, nor numbered), or ``None`` where that does not apply
+    (the step then reads its trace and calls its kernel)."""
+    from .kernels.reduce import ReduceParams
+
+    p = step.params
+    if not (isinstance(p, ReduceParams) and p.agg in ("min", "max") and p.ndata == 1 and p.ttype.is_total()
+            and step.width == 1 and len(news) == 1 and news[0] is not None and olds[0] is not None):
+        return None
+    from .kernels import extremum
+
+    trace = olds[0]
+    return extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
 
 
 def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.Table], iteration: int) -> pa.Table:
@@ -651,6 +672,7 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     loop (the result is then empty)."""
     from .kernels.common import conform
 
+    program = dataclasses.replace(program, steps=tuple(_unconsolidated(s) for s in program.steps))
     chunks = program.chunking
     if chunks is None:
         chunks = _plan_chunks(program, sources)
@@ -674,6 +696,17 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     if history[-1]:
         return program.roots.empty_table(), history, chunks.count
     return conform(_unchunked(result, program.data, chunks), program.roots), history, chunks.count
+
+
+def _unconsolidated(step: Stateful | Concat) -> Stateful | Concat:
+    """``step`` without the final consolidation of a join's output: inside the loop every
+    consumer of a step's output consolidates it (kernels sum their input's rows, traces are
+    kept consolidated, and so is each iteration's change of the loop variable)."""
+    from .kernels.join import JoinParams
+
+    if isinstance(step, Stateful) and isinstance(step.params, JoinParams) and step.params.mode == "join":
+        return dataclasses.replace(step, params=dataclasses.replace(step.params, consolidate=False))
+    return step
 
 
 def _chunk_groups(sources: Sequence[pa.Table], ch: Chunking, n: int) -> list[list[pa.Table]]:

@@ -276,10 +276,12 @@ def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | Non
     return [v[rows] for v in values]  # type: ignore[index]
 
 
-def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySorted | None:
+def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequence[str] = ()) -> KeySorted | None:
     """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
     ``key`` first, or ``None`` when some column is not integers (or booleans) without nulls
     or the columns do not pack into one int64 (then :func:`consolidated` is the way).
+    Within a key the rows are sorted by the columns ``then`` (e.g. the time leaves),
+    then by the others in table order.
 
     One stable sort of one int64 per row: two sorted runs concatenated (a trace's
     merge) sort in linear time.  The packed code is built one column at a time, so
@@ -287,7 +289,8 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySort
     import numpy as np
 
     key = list(key)
-    rest = [c for c in table.column_names if c != diff and c not in key]
+    then = [c for c in then if c not in key and c != diff]
+    rest = [*then, *[c for c in table.column_names if c != diff and c not in key and c not in then]]
     cols = [*key, *rest]
     n = table.num_rows
     if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:
