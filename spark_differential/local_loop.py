@@ -486,7 +486,7 @@ class _Trace:
             # within a key in time order: what a reduction's sweep reads (kernels.extremum)
             kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if c.startswith("_t")])
             if kept is not None:
-                return dataclasses.replace(kept, table=conform(kept.table, self.schema))
+                return dataclasses.replace(kept, table=conform(kept.table, self.schema), _values={})
         cols = [c for c in table.column_names if c != "_d"]
         return conform(_consolidate(table, cols, diff="_d"), self.schema)
 

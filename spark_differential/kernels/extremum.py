@@ -487,8 +487,8 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
         excl = np.cumsum(cnt) - cnt
         rows = np.arange(total, dtype=np.int64) + np.repeat(lo - excl, cnt)
         for i, c in enumerate(("_t0", "_a0", "_d")):
-            values = _int64(batch.table.column(c))
-            if values is None:
+            values = batch.values(c)
+            if values is None or pa.types.is_boolean(batch.table.schema.field(c).type):
                 return None
             olds[i].append(values[rows])
         starts[b] = base + excl

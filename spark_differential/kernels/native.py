@@ -26,7 +26,7 @@ binary search, which is how the in-task loop reads its traces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._lazy import lazy
 from . import duck
@@ -211,6 +211,13 @@ class KeySorted:
     key: tuple[str, ...]
     radix: Radix
     codes: np.ndarray
+    _values: dict = field(default_factory=dict, compare=False, repr=False)  # column name -> int64 values
+
+    def values(self, column: str) -> np.ndarray | None:
+        """The int64 values of one integer column without nulls (kept for later calls), else ``None``."""
+        if column not in self._values:
+            self._values[column] = _int_values(self.table.column(column))
+        return self._values[column]
 
     def touching(self, keys: pa.Table) -> pa.Table:
         """The rows whose key some row of ``keys`` (its ``key`` columns, integers without nulls)
