@@ -179,8 +179,14 @@ def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width
     n = T.num_rows
     did = dense_ranks([kid, ids([T.column(c) for c in data], n)])[0] if data else kid
     cols = [did, *[T.column(c).to_numpy() for c in times(width)]]
-    key = packed(cols)
-    order = np.argsort(key) if key is not None else sort_order(cols)
+    n_did = int(did.max()) + 1 if n else 0
+    if width == 1 and n >= 1024 and n_did <= 4 * n + 1024:  # dense (key, data) ids: count, then sort each id's times
+        from .order import grouped_order
+
+        key, order = None, grouped_order(did, n_did, cols[1])
+    else:
+        key = packed(cols)
+        order = np.argsort(key) if key is not None else sort_order(cols)
     head = np.zeros(n, dtype=bool)
     if n:
         head[0] = True
