@@ -432,8 +432,12 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     >>> from spark_differential.kernels import native
     >>> old = native.key_sorted(pa.table({"_k0": [1, 1], "_a0": [5, 3], "_t0": [0, 2], "_d": [1, 1]}), ["_k0"])
     >>> new = pa.table({"_k0": [1], "_a0": [4], "_t0": [1], "_d": [1], "_new": [True]})
-    >>> min_max_traced(1, False, pa.int64(), new, [old], ("_k0",)).sort_by("_t0").to_pylist()
-    [{'_k0': 1, '_o0': 4, '_t0': 1, '_d': 1}, {'_k0': 1, '_o0': 5, '_t0': 1, '_d': -1}]
+    >>> out = min_max_traced(1, False, pa.int64(), new, [old], ("_k0",))
+    >>> [(r["_t0"], r["_o0"], r["_d"]) for r in out.sort_by([("_t0", "ascending"), ("_o0", "ascending")]).to_pylist()]
+    [(1, 4, 1), (1, 5, -1), (2, 4, -1), (2, 5, 1)]
+
+    (the min was 5, then 3 at time 2; a 4 at time 1 makes it 4 from time 1, and the
+    change at time 2 is then from 4 to 3 instead of from 5 to 3)
     """
     from .native import KeySorted, Radix
 
