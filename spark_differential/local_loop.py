@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time as _time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -430,6 +431,9 @@ def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str])
     return native.touching(trace, pa.concat_tables(present), key_cols)
 
 
+_TIME_LEAF = re.compile(r"_t\d+")  # a kernel's time leaf columns (kernels.common.times)
+
+
 @dataclass
 class _Trace:
     """One input's earlier updates (kernel columns, ``_new`` false), merged size-tiered.
@@ -487,9 +491,10 @@ class _Trace:
         from .kernels.common import conform
 
         if self.key:
-            kept = native.key_sorted(table, self.key)
+            # within a key in time order: what a reduction's sweep reads (kernels.extremum)
+            kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if _TIME_LEAF.fullmatch(c)])
             if kept is not None:
-                return dataclasses.replace(kept, table=conform(kept.table, self.schema))
+                return dataclasses.replace(kept, table=conform(kept.table, self.schema), _values={})
         cols = [c for c in table.column_names if c != "_d"]
         return conform(_consolidate(table, cols, diff="_d"), self.schema)
 
@@ -518,8 +523,11 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         news.append(new)
         olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
+    traced = None
     if not any(n.num_rows for n in present):
         out = step.out_schema.empty_table()
+    elif (traced := _traced_extremum(step, news, olds)) is not None:
+        out = conform(traced, step.out_schema)
     else:
         sides = []
         for inp, new, old in zip(step.inputs, news, olds):
@@ -540,6 +548,23 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
     keep = [internal for internal, _ in step.out_columns] + t + [D]
     out = out.select(keep)
     return out.rename_columns([labels[c] for c in keep])
+
+
+def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[_Trace | None]) -> pa.Table | None:
+    """``dd_min``/``dd_max`` of one loop input read against its trace in place
+    (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
+    are never gathered into a table, nor numbered), or ``None`` where that does not apply
+    (the step then reads its trace and calls its kernel)."""
+    from .kernels.reduce import ReduceParams
+
+    p = step.params
+    if not (isinstance(p, ReduceParams) and p.agg in ("min", "max") and p.ndata == 1 and p.ttype.is_total()
+            and step.width == 1 and len(news) == 1 and news[0] is not None and olds[0] is not None):
+        return None
+    from .kernels import extremum
+
+    trace = olds[0]
+    return extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
 
 
 def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.Table], iteration: int) -> pa.Table:
@@ -655,6 +680,7 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     loop (the result is then empty)."""
     from .kernels.common import conform
 
+    program = dataclasses.replace(program, steps=tuple(_unconsolidated(s) for s in program.steps))
     chunks = program.chunking
     if chunks is None:
         chunks = _plan_chunks(program, sources)
@@ -668,16 +694,65 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
     groups = _chunk_groups(sources, chunks, program.threads if rows >= program.thread_min_rows else 1)
     if len(groups) == 1:
         result, history = _loop(program, steps, sources)
-    else:
-        from concurrent.futures import ThreadPoolExecutor
+        if history[-1]:
+            return program.roots.empty_table(), history, chunks.count
+        return conform(_unchunked(result, program.data, chunks), program.roots), history, chunks.count
+    from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="sd-chunks") as pool:
-            done = list(pool.map(lambda g: _loop(program, steps, g), groups))
-        history = [sum(h[i] for _, h in done if i < len(h)) for i in range(max(len(h) for _, h in done))]
-        result = pa.concat_tables([r for r, _ in done])
+    def one(group: list[pa.Table]) -> tuple[pa.Table | None, list[int]]:
+        # each group un-chunks its own answer on its thread: rows at times inside the
+        # group's chunks are the group's alone; only the times where a group starts
+        # (the previous group's last chunk hands over to it) meet rows of two groups
+        res, hist = _loop(program, steps, group)
+        return (None if hist[-1] else _unchunked(res, program.data, chunks)), hist
+
+    with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="sd-chunks") as pool:
+        done = list(pool.map(one, groups))
+    history = [sum(h[i] for _, h in done if i < len(h)) for i in range(max(len(h) for _, h in done))]
     if history[-1]:
         return program.roots.empty_table(), history, chunks.count
-    return conform(_unchunked(result, program.data, chunks), program.roots), history, chunks.count
+    return conform(_joined(program, [r for r, _ in done], _group_starts(groups, chunks)), program.roots), history, chunks.count
+
+
+def _group_starts(groups: Sequence[Sequence[pa.Table]], ch: Chunking) -> list[int]:
+    """The first chunk's start (encoded time) of every group of chunks but the first."""
+    import pyarrow.compute as pc
+
+    t = leaves(1)[0]
+    starts = []
+    for group in groups[1:]:
+        lows = [pc.min(tb.column(t)).as_py() for tb in group if tb.num_rows]
+        starts.append(int(ch.of([min(lows)])[0]))
+    return starts
+
+
+def _joined(program: Program, parts: Sequence[pa.Table | None], starts: Sequence[int]) -> pa.Table:
+    """Groups' un-chunked answers as one consolidated collection: only rows at the times
+    where a group starts are consolidated again (each group's rows are consolidated, and
+    at every other time only one group has rows)."""
+    import pyarrow.compute as pc
+
+    t = leaves(1)[0]
+    cols = [*program.data, t, DIFF]
+    table = pa.concat_tables([p.select(cols) for p in parts if p is not None], promote_options="permissive")
+    if not starts or table.num_rows == 0:
+        return table
+    at = pc.is_in(table.column(t), value_set=pa.array(starts, table.schema.field(t).type))
+    meet = table.filter(at)
+    if meet.num_rows == 0:
+        return table
+    return pa.concat_tables([table.filter(pc.invert(at)), _consolidate(meet, cols[:-1])], promote_options="permissive")
+
+
+def _unconsolidated(step: Stateful | Concat) -> Stateful | Concat:
+    """``step`` without the final consolidation of a join's output: inside the loop every
+    consumer of a step's output consolidates it (kernels sum their input's rows, traces are
+    kept consolidated, and so is each iteration's change of the loop variable)."""
+    from .kernels.join import JoinParams
+
+    if isinstance(step, Stateful) and isinstance(step.params, JoinParams) and step.params.mode == "join":
+        return dataclasses.replace(step, params=dataclasses.replace(step.params, consolidate=False))
+    return step
 
 
 def _chunk_groups(sources: Sequence[pa.Table], ch: Chunking, n: int) -> list[list[pa.Table]]:

@@ -212,3 +212,297 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     cols["_o0"] = X.column("_a0").take(vat).cast(out_type)
     cols["_d"] = pa.array(diff, pa.int64())
     return pa.table({c: cols[c] for c in out_cols})
+
+
+# ---------------------------------------------------------------------------------
+# inside the in-task loop: the trace read in place, one compiled pass per key
+
+
+@njit(cache=True, nogil=True)
+def _time_order(t: np.ndarray, m: int, out: np.ndarray) -> None:
+    """``out[:m]``: positions ``0 .. m - 1`` ordered by ``t`` (insertion sort for short runs)."""
+    if m <= 24:
+        for i in range(m):
+            out[i] = i
+        for i in range(1, m):
+            x = out[i]
+            tx = t[x]
+            j = i - 1
+            while j >= 0 and t[out[j]] > tx:
+                out[j + 1] = out[j]
+                j -= 1
+            out[j + 1] = x
+    else:
+        out[:m] = np.argsort(t[:m], kind="mergesort")
+
+
+@njit(cache=True, nogil=True)
+def _traced_sweep(
+    old_t: np.ndarray,
+    old_v: np.ndarray,
+    old_d: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    new_t: np.ndarray,
+    new_v: np.ndarray,
+    new_d: np.ndarray,
+    bound: np.ndarray,
+    largest: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(key index, time, value, diff)`` of ``F(old + new) − F(old)`` for every key ``j``.
+
+    Key ``j``'s new updates are ``new_*[bound[j]:bound[j + 1]]``; its old ones (the
+    trace) are ``old_*[starts[b, j]:starts[b, j] + counts[b, j]]`` for every trace batch
+    ``b``.  The same sweep as :func:`_sweep`, key by key: the rows ordered by time, a
+    min-tree over the key's distinct values."""
+    nb, nk = counts.shape
+    total = len(old_t) + len(new_t)
+    cap = 4 * total + 4
+    out_k = np.empty(cap, np.int64)
+    out_t = np.empty(cap, np.int64)
+    out_v = np.empty(cap, np.int64)
+    out_d = np.empty(cap, np.int64)
+    m_out = 0
+    scratch = 64
+    st = np.empty(scratch, np.int64)
+    sv = np.empty(scratch, np.int64)
+    sd = np.empty(scratch, np.int64)
+    sn = np.empty(scratch, np.bool_)
+    order = np.empty(scratch, np.int64)
+    slot = np.empty(scratch, np.int64)
+    vals = np.empty(scratch, np.int64)
+    cnt_all = np.empty(scratch, np.int64)
+    cnt_old = np.empty(scratch, np.int64)
+    tree_all = np.empty(2 * scratch, np.int64)
+    tree_old = np.empty(2 * scratch, np.int64)
+    ev_val = np.empty(4, np.int64)
+    ev_d = np.empty(4, np.int64)
+    for j in range(nk):
+        m = bound[j + 1] - bound[j]
+        for b in range(nb):
+            m += counts[b, j]
+        if m > scratch:
+            while scratch < m:
+                scratch *= 2
+            st = np.empty(scratch, np.int64)
+            sv = np.empty(scratch, np.int64)
+            sd = np.empty(scratch, np.int64)
+            sn = np.empty(scratch, np.bool_)
+            order = np.empty(scratch, np.int64)
+            slot = np.empty(scratch, np.int64)
+            vals = np.empty(scratch, np.int64)
+            cnt_all = np.empty(scratch, np.int64)
+            cnt_old = np.empty(scratch, np.int64)
+            tree_all = np.empty(2 * scratch, np.int64)
+            tree_old = np.empty(2 * scratch, np.int64)
+        # the key's rows: trace batches, then the new updates
+        r = 0
+        for b in range(nb):
+            s0 = starts[b, j]
+            for i in range(s0, s0 + counts[b, j]):
+                st[r] = old_t[i]
+                sv[r] = ~old_v[i] if largest else old_v[i]
+                sd[r] = old_d[i]
+                sn[r] = False
+                r += 1
+        start = _NONE
+        for i in range(bound[j], bound[j + 1]):
+            st[r] = new_t[i]
+            sv[r] = ~new_v[i] if largest else new_v[i]
+            sd[r] = new_d[i]
+            sn[r] = True
+            if new_t[i] < start:
+                start = new_t[i]
+            r += 1
+        if start == _NONE:
+            continue
+        # slots: the key's values, ascending (offsets from the least when their range is
+        # small, else the distinct values sorted)
+        lo = hi = sv[0]
+        for i in range(1, m):
+            if sv[i] < lo:
+                lo = sv[i]
+            elif sv[i] > hi:
+                hi = sv[i]
+        if hi - lo < min(scratch, 4 * m + 64):
+            u = hi - lo + 1
+            for i in range(u):
+                vals[i] = lo + i
+            for i in range(m):
+                slot[i] = sv[i] - lo
+        else:
+            vals[:m] = np.sort(sv[:m])
+            u = 0
+            for i in range(m):
+                if u == 0 or vals[i] != vals[u - 1]:
+                    vals[u] = vals[i]
+                    u += 1
+            for i in range(m):
+                slot[i] = np.searchsorted(vals[:u], sv[i])
+        size = 1
+        while size < u:
+            size *= 2
+        tree_all[: 2 * size] = _NONE
+        tree_old[: 2 * size] = _NONE
+        cnt_all[:u] = 0
+        cnt_old[:u] = 0
+        _time_order(st, m, order)
+        first = True
+        had_all = had_old = False
+        prev_all = prev_old = 0
+        i = 0
+        while i < m:
+            t = st[order[i]]
+            q = i
+            while q < m and st[order[q]] == t:
+                x = order[q]
+                g = slot[x]
+                before = cnt_all[g] > 0
+                cnt_all[g] += sd[x]
+                if (cnt_all[g] > 0) != before:
+                    _set(tree_all, size, g, not before)
+                if not sn[x]:
+                    before = cnt_old[g] > 0
+                    cnt_old[g] += sd[x]
+                    if (cnt_old[g] > 0) != before:
+                        _set(tree_old, size, g, not before)
+                q += 1
+            i = q
+            if t < start:
+                continue
+            sa, so = tree_all[1], tree_old[1]
+            has_all, has_old = sa != _NONE, so != _NONE
+            va = vals[sa] if has_all else 0
+            vo = vals[so] if has_old else 0
+            ne = 0
+            if first or has_all != had_all or va != prev_all:
+                if has_all:
+                    ev_val[ne], ev_d[ne] = va, 1
+                    ne += 1
+                if not first and had_all:
+                    ev_val[ne], ev_d[ne] = prev_all, -1
+                    ne += 1
+            if first or has_old != had_old or vo != prev_old:
+                if has_old:
+                    ev_val[ne], ev_d[ne] = vo, -1
+                    ne += 1
+                if not first and had_old:
+                    ev_val[ne], ev_d[ne] = prev_old, 1
+                    ne += 1
+            for a in range(ne):  # consolidate the time's changes by value
+                if ev_d[a] == 0:
+                    continue
+                for c in range(a + 1, ne):
+                    if ev_d[c] != 0 and ev_val[c] == ev_val[a]:
+                        ev_d[a] += ev_d[c]
+                        ev_d[c] = 0
+                if ev_d[a] != 0:
+                    out_k[m_out], out_t[m_out] = j, t
+                    out_v[m_out] = ~ev_val[a] if largest else ev_val[a]
+                    out_d[m_out] = ev_d[a]
+                    m_out += 1
+            if has_all:
+                prev_all = va
+            if has_old:
+                prev_old = vo
+            had_all, had_old, first = has_all, has_old, False
+    return out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out]
+
+
+def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """Integers without nulls (not ``uint64``) as int64 values, else ``None``."""
+    t = column.type
+    if column.null_count or not (pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
+        return None
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(arr.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
+
+
+def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Table, batches: list,
+                   key: tuple[str, ...]) -> pa.Table | None:
+    """:func:`min_max` of ``new`` (this iteration's updates, ``_new`` true) together with the
+    trace rows of the keys it touches, the trace given as batches kept sorted by ``key``
+    (:class:`~spark_differential.kernels.native.KeySorted`) and read in place: no table of
+    the touched trace rows is built, no ids or time ranks computed over it.
+
+    For one integer data column, one time leaf, integer keys; ``None`` otherwise (the
+    caller then reads the trace and calls :func:`min_max`).
+
+    >>> import pyarrow as pa
+    >>> from spark_differential.kernels import native
+    >>> old = native.key_sorted(pa.table({"_k0": [1, 1], "_a0": [5, 3], "_t0": [0, 2], "_d": [1, 1]}), ["_k0"])
+    >>> new = pa.table({"_k0": [1], "_a0": [4], "_t0": [1], "_d": [1], "_new": [True]})
+    >>> out = min_max_traced(1, False, pa.int64(), new, [old], ("_k0",))
+    >>> [(r["_t0"], r["_o0"], r["_d"]) for r in out.sort_by([("_t0", "ascending"), ("_o0", "ascending")]).to_pylist()]
+    [(1, 4, 1), (1, 5, -1), (2, 4, -1), (2, 5, 1)]
+
+    (the min was 5, then 3 at time 2; a 4 at time 1 makes it 4 from time 1, and the
+    change at time 2 is then from 4 to 3 instead of from 5 to 3)
+    """
+    from .native import KeySorted, Radix
+
+    k = keys(nkeys)
+    if not key or tuple(key) != tuple(k) or "_t0" not in new.column_names or "_t1" in new.column_names:
+        return None
+    if any(not isinstance(b, KeySorted) or b.key != tuple(key) for b in batches):
+        return None
+    if new.column("_a0").null_count:  # null values never count
+        new = new.filter(pc.is_valid(new.column("_a0")))
+    if not (pa.types.is_signed_integer(new.schema.field("_a0").type)
+            or (pa.types.is_unsigned_integer(new.schema.field("_a0").type) and new.schema.field("_a0").type.bit_width < 64)):
+        return None
+    out_cols = [*k, "_o0", "_t0", "_d"]
+    if new.num_rows == 0:
+        fields = [new.schema.field(c) for c in k] + [pa.field("_o0", out_type)] + [pa.field(c, pa.int64()) for c in ["_t0", "_d"]]
+        return pa.schema(fields).empty_table()
+    key_values = [_int64(new.column(c)) for c in k]
+    cols = [_int64(new.column(c)) for c in ("_t0", "_a0", "_d")]
+    if any(v is None for v in key_values) or any(v is None for v in cols):
+        return None
+    radix = Radix.of(key_values)  # type: ignore[arg-type]
+    if radix is None:
+        return None
+    code, _ = radix.codes(key_values)  # type: ignore[arg-type]
+    order = np.argsort(code, kind="stable")
+    sc = code[order]
+    head = np.ones(len(sc), dtype=bool)
+    head[1:] = sc[1:] != sc[:-1]
+    firsts = np.nonzero(head)[0]
+    nk = len(firsts)
+    bound = np.append(firsts, len(sc)).astype(np.int64)
+    distinct = [v[order[firsts]] for v in key_values]  # type: ignore[index]
+    new_t, new_v, new_d = (v[order] for v in cols)  # type: ignore[index]
+    nb = len(batches)
+    starts = np.zeros((nb, nk), dtype=np.int64)
+    counts = np.zeros((nb, nk), dtype=np.int64)
+    olds: list[list[np.ndarray]] = [[], [], []]
+    base = 0
+    for b, batch in enumerate(batches):
+        if batch.table.num_rows == 0:
+            continue
+        wanted, inside = batch.radix.codes(distinct)
+        lo = np.searchsorted(batch.codes, wanted, side="left")
+        cnt = np.searchsorted(batch.codes, wanted, side="right") - lo
+        if inside is not None:
+            cnt[~inside] = 0
+        total = int(cnt.sum())
+        if total == 0:
+            continue
+        excl = np.cumsum(cnt) - cnt
+        rows = np.arange(total, dtype=np.int64) + np.repeat(lo - excl, cnt)
+        for i, c in enumerate(("_t0", "_a0", "_d")):
+            values = batch.values(c)
+            if values is None or pa.types.is_boolean(batch.table.schema.field(c).type):
+                return None
+            olds[i].append(values[rows])
+        starts[b] = base + excl
+        counts[b] = cnt
+        base += total
+    old_t, old_v, old_d = (np.concatenate(o) if o else np.zeros(0, np.int64) for o in olds)
+    kj, t, v, d = _traced_sweep(old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest)
+    at = pa.array(order[bound[kj]])  # a new row of each output's key
+    out = {c: new.column(c).take(at) for c in k}
+    out["_o0"] = pa.array(v, pa.int64()).cast(new.schema.field("_a0").type).cast(out_type)
+    out["_t0"] = pa.array(t, pa.int64())
+    out["_d"] = pa.array(d, pa.int64())
+    return pa.table({c: out[c] for c in out_cols})

@@ -35,6 +35,9 @@ class JoinParams:
     mode: str = "join"  # "join" | "semijoin" | "antijoin" | "asof"
     strict: bool = False  # asof: only updates of B strictly before an update of A count
     left: bool = False  # asof: keep updates of A that meet nothing, with nulls for B's columns
+    # whether the output of a totally ordered join is consolidated: the in-task loop, whose
+    # every consumer consolidates its input anyway, turns it off (rows may then repeat)
+    consolidate: bool = True
 
 
 def _with_new(table: pa.Table, new: bool) -> pa.Table:
@@ -75,7 +78,11 @@ def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Tab
             xn, yn = done
             parts += [stab_numbered(xn, yn, p.nkeys, w, strict=False, out_data=out),
                       stab_numbered(yn, xn, p.nkeys, w, strict=True, out_data=out)]
-    return consolidated(parts, [*keys(p.nkeys), *out, *times(w)])
+    cols = [*keys(p.nkeys), *out, *times(w)]
+    parts = [t for t in parts if t.num_rows]
+    if not p.consolidate and parts:
+        return pa.concat_tables([t.select([*cols, "_d"]) for t in parts], promote_options="permissive")
+    return consolidated(parts, cols)
 
 
 def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:

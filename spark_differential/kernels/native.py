@@ -26,7 +26,7 @@ binary search, which is how the in-task loop reads its traces.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._lazy import lazy
 from . import duck
@@ -211,6 +211,13 @@ class KeySorted:
     key: tuple[str, ...]
     radix: Radix
     codes: np.ndarray
+    _values: dict = field(default_factory=dict, compare=False, repr=False)  # column name -> int64 values
+
+    def values(self, column: str) -> np.ndarray | None:
+        """The int64 values of one integer column without nulls (kept for later calls), else ``None``."""
+        if column not in self._values:
+            self._values[column] = _int_values(self.table.column(column))
+        return self._values[column]
 
     def touching(self, keys: pa.Table) -> pa.Table:
         """The rows whose key some row of ``keys`` (its ``key`` columns, integers without nulls)
@@ -276,10 +283,12 @@ def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | Non
     return [v[rows] for v in values]  # type: ignore[index]
 
 
-def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySorted | None:
+def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequence[str] = ()) -> KeySorted | None:
     """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
     ``key`` first, or ``None`` when some column is not integers (or booleans) without nulls
     or the columns do not pack into one int64 (then :func:`consolidated` is the way).
+    Within a key the rows are sorted by the columns ``then`` (e.g. the time leaves),
+    then by the others in table order.
 
     One stable sort of one int64 per row: two sorted runs concatenated (a trace's
     merge) sort in linear time.  The packed code is built one column at a time, so
@@ -287,7 +296,8 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d") -> KeySort
     import numpy as np
 
     key = list(key)
-    rest = [c for c in table.column_names if c != diff and c not in key]
+    then = [c for c in then if c not in key and c != diff]
+    rest = [*then, *[c for c in table.column_names if c != diff and c not in key and c not in then]]
     cols = [*key, *rest]
     n = table.num_rows
     if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:

@@ -47,3 +47,44 @@ def worth_counting(n_rows: int, *n_ids: int) -> bool:
     """Whether counting passes over ids of these ranges beat one comparison sort of
     ``n_rows`` rows (the id ranges are not much larger than the rows)."""
     return n_rows >= 1024 and all(n <= 4 * n_rows + 1024 for n in n_ids)
+
+
+@njit(cache=True, nogil=True)
+def _sort_within(order: np.ndarray, bounds: np.ndarray, minor: np.ndarray) -> None:
+    """Sort each run ``order[bounds[g]:bounds[g + 1]]`` by ``minor`` (stably): insertion
+    sort for short runs, a merge sort for long ones."""
+    for g in range(len(bounds) - 1):
+        s, e = bounds[g], bounds[g + 1]
+        if e - s <= 32:
+            for i in range(s + 1, e):
+                x = order[i]
+                mx = minor[x]
+                j = i - 1
+                while j >= s and minor[order[j]] > mx:
+                    order[j + 1] = order[j]
+                    j -= 1
+                order[j + 1] = x
+        else:
+            sub = order[s:e].copy()
+            idx = np.argsort(minor[sub], kind="mergesort")
+            for i in range(e - s):
+                order[s + i] = sub[idx[i]]
+
+
+def grouped_order(major: np.ndarray, n_major: int, minor: np.ndarray) -> np.ndarray:
+    """Indices sorting rows by ``(major, minor)``, ``major`` dense ids (``0 .. n_major - 1``)
+    and ``minor`` any int64 values, equal rows in their original order: one counting
+    pass by ``major``, then each id's (usually short) run sorted by ``minor``.
+
+    >>> grouped_order(np.array([1, 0, 1, 0]), 2, np.array([9, 7, -3, 5])).tolist()
+    [3, 1, 2, 0]
+    """
+    rows = np.arange(len(major), dtype=np.int64)
+    if len(rows) == 0:
+        return rows
+    major = np.ascontiguousarray(major, dtype=np.int64)
+    order = _counting_pass(major, int(n_major), rows)
+    bounds = np.zeros(int(n_major) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(major, minlength=int(n_major)), out=bounds[1:])
+    _sort_within(order, bounds, np.ascontiguousarray(minor, dtype=np.int64))
+    return order

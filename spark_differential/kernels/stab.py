@@ -171,14 +171,22 @@ def ids(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
     return codes[0] if len(codes) == 1 else dense_ranks(codes)[0]
 
 
-def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int,
+                        in_order: bool = True) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """``T`` summed per (key, data, time), zero sums dropped; with the kept rows' key ids and
-    (key, data) ids."""
+    (key, data) ids.  The rows come in (key, data, time) order, or (``in_order`` false)
+    in any order: ``T`` itself when it is consolidated already."""
     n = T.num_rows
     did = dense_ranks([kid, ids([T.column(c) for c in data], n)])[0] if data else kid
     cols = [did, *[T.column(c).to_numpy() for c in times(width)]]
-    key = packed(cols)
-    order = np.argsort(key) if key is not None else sort_order(cols)
+    n_did = int(did.max()) + 1 if n else 0
+    if width == 1 and n >= 1024 and n_did <= 4 * n + 1024:  # dense (key, data) ids: count, then sort each id's times
+        from .order import grouped_order
+
+        key, order = None, grouped_order(did, n_did, cols[1])
+    else:
+        key = packed(cols)
+        order = np.argsort(key) if key is not None else sort_order(cols)
     head = np.zeros(n, dtype=bool)
     if n:
         head[0] = True
@@ -188,6 +196,8 @@ def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width
     starts = np.nonzero(head)[0]
     d = np.add.reduceat(T.column("_d").to_numpy()[order], starts) if n else np.zeros(0, np.int64)
     keep = d != 0
+    if not in_order and len(starts) == n and keep.all():  # consolidated already: the rows as they are
+        return T.select([*[c for c in T.column_names if c != "_d"], "_d"]), kid, did
     rows = order[starts[keep]]
     out = T.select([c for c in T.column_names if c != "_d"]).take(pa.array(rows))
     return out.append_column("_d", pa.array(d[keep], pa.int64())), kid[rows], did[rows]
@@ -199,8 +209,8 @@ def _numbered_numpy(P: pa.Table, Q: pa.Table, nkeys: int, p_data: Sequence[str],
     n_p = P.num_rows
     both = [pa.concat_arrays([P.column(c).combine_chunks(), Q.column(c).combine_chunks()]) for c in k]
     kid = ids(both, n_p + Q.num_rows)
-    pk, p_kid, _ = consolidated_by_key(P, kid[:n_p], p_data, width)
-    qk, q_kid, q_did = consolidated_by_key(Q, kid[n_p:], q_data, width)
+    pk, p_kid, _ = consolidated_by_key(P, kid[:n_p], p_data, width, in_order=False)
+    qk, q_kid, q_did = consolidated_by_key(Q, kid[n_p:], q_data, width, in_order=False)
     pk = pk.append_column("_kid", pa.array(p_kid, pa.int64()))
     qk = qk.append_column("_kid", pa.array(q_kid, pa.int64())).append_column("_did", pa.array(q_did, pa.int64()))
     return pk, qk
@@ -262,7 +272,7 @@ def numbered(tables: Sequence[tuple[pa.Table, Sequence[str]]], nkeys: int, width
     out = []
     at = 0
     for x, (_, data), n in zip(chosen, tables, sizes):
-        xk, x_kid, x_did = consolidated_by_key(x, kid[at:at + n], data, width)
+        xk, x_kid, x_did = consolidated_by_key(x, kid[at:at + n], data, width, in_order=False)
         at += n
         out.append(xk.append_column("_kid", pa.array(x_kid, pa.int64())).append_column("_did", pa.array(x_did, pa.int64())))
     return out
