@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bfs import ours_run  # noqa: E402  (benchmarks/bfs.py)
-from common import base_parser, make_spark, warm_spark  # noqa: E402
+from common import base_parser, bfs_graph_args, make_spark, warm_spark  # noqa: E402
 
 
 def machine_seconds() -> tuple[float, float]:
@@ -44,11 +44,7 @@ def machine_seconds() -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = base_parser(__doc__ or "")
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--edges", type=int, default=2000)
-    ap.add_argument("--changes", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=1, help="changes per distinct time (1: every change its own time)")
+    ap = bfs_graph_args(base_parser(__doc__ or ""))
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration")
     args = ap.parse_args(argv)
     conf = {"spark.sql.shuffle.partitions": "4"}  # as benchmarks/bfs.py

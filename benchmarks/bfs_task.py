@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 sys.path.insert(0, HERE)
 
 from _workload import edge_updates  # noqa: E402
-from common import base_parser, make_spark  # noqa: E402
+from common import base_parser, bfs_graph_args, make_spark  # noqa: E402
 
 
 def capture(spark: Any, nodes: int, edges: int, changes: int, batch: int, seed: int) -> tuple[Callable[..., Any], list[Any]]:
@@ -79,11 +79,7 @@ def checksum(batches: list[Any]) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = base_parser(__doc__ or "")
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--edges", type=int, default=2000)
-    ap.add_argument("--changes", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=1, help="changes per distinct time (1: every change its own time)")
+    ap = bfs_graph_args(base_parser(__doc__ or ""))
     ap.add_argument("--threads", type=int, default=1, help="spark_differential.iterate.localThreads")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one more call")
     args = ap.parse_args(argv)

@@ -250,6 +250,15 @@ def measure(
 # Spark
 
 
+def bfs_graph_args(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The seed 001 BFS workload's options: graph size, changes, changes per distinct time."""
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--edges", type=int, default=2000)
+    ap.add_argument("--changes", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=1, help="changes per distinct time (1: every change its own time)")
+    return ap
+
+
 def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes for a smoke test (< 2 minutes)")

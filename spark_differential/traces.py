@@ -194,18 +194,15 @@ class Run:
         prepared = [prepare(inp, self.nbuckets, self.nparts, op=op).drop(NEW, KEY_HASH) for inp in inputs]
         hashed = [_hashed_names(inp) for inp in inputs]
         me = Operator(op, tuple(p.schema for p in prepared))
-        self.operators.append(me)
         out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
-        if self.probe:
-            if kernel_type != self.ttype:
-                self.blockers.append(f"{op} over {kernel_type.describe()} times")
-            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
-        self._check(slot, me)
+        probed = self._enter(slot, me, out_schema, out_columns, kernel_type)
+        if probed is not None:
+            return probed
         assert self.write is not None and self.read is not None
         tags = [tag(slot, j) for j in range(len(prepared))]
         written = self.write(f"s{slot}", [(t, p, p.schema) for t, p in zip(tags, prepared)])
         if not written:  # no new updates: no output changes
-            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+            return self._empty(out_schema, out_columns, kernel_type)
         self.added.update(written)
         news = [_with_hash(self._read([written[t]] if t in written else [], p.schema, t, True), h)
                 for t, p, h in zip(tags, prepared, hashed)]
@@ -254,18 +251,15 @@ class Run:
             T.StructField(ktotals.CNN, T.LongType(), True),
         ])
         me = Operator(op, (rows.schema, tot_schema), (ROWS, TOTALS))
-        self.operators.append(me)
         out_schema = T.StructType([*out_fields, *time_fields(kernel_type)])
-        if self.probe:
-            if kernel_type != self.ttype:
-                self.blockers.append(f"{op} over {kernel_type.describe()} times")
-            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
-        self._check(slot, me)
+        probed = self._enter(slot, me, out_schema, out_columns, kernel_type)
+        if probed is not None:
+            return probed
         assert self.write is not None and self.read is not None
         t_rows, t_tot = tag(slot, 0), tag(slot, 1)
         written = self.write(f"s{slot}", [(t_rows, rows, rows.schema)])
         if not written:  # no new updates: no output changes
-            return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
+            return self._empty(out_schema, out_columns, kernel_type)
         self.added.update(written)
         new = _with_hash(self._read([written[t_rows]], rows.schema, t_rows, True), [*kcols, *acols])
         khash = key_hash([F.col(c) for c in kcols])
@@ -297,6 +291,23 @@ class Run:
     def _read(self, files: Sequence[str], schema: T.StructType, name: str, new: bool) -> DataFrame:
         assert self.read is not None
         return self.read(files, schema, name).withColumn(NEW, F.lit(new))
+
+    def _enter(self, slot: int, me: Operator, out_schema: T.StructType, out_columns: Sequence[tuple[str, str]],
+               kernel_type: TimeType) -> DataFrame | None:
+        """Record operator ``me`` at ``slot``.  On the probe: its empty output (and why stage 2
+        cannot keep it, if so); otherwise ``None`` after checking it against the stored one."""
+        self.operators.append(me)
+        if self.probe:
+            if kernel_type != self.ttype:
+                self.blockers.append(f"{me.op} over {kernel_type.describe()} times")
+            return self._empty(out_schema, out_columns, kernel_type)
+        self._check(slot, me)
+        return None
+
+    def _empty(self, out_schema: T.StructType, out_columns: Sequence[tuple[str, str]],
+               kernel_type: TimeType) -> DataFrame:
+        """An operator's output with no changes."""
+        return finish(self.spark.createDataFrame([], out_schema), out_columns, kernel_type)
 
     def _check(self, slot: int, me: Operator) -> None:
         if slot >= len(self.expected):

@@ -312,12 +312,7 @@ class Translator:
                 if inner_kind == "AttributeReference" and inner.name() == TIME:
                     if name != TIME:
                         raise Untranslatable("the body renames `time`")
-                    items.extend(quote(c) for c in leaves(self.width))
-                    names.extend(leaves(self.width))
-                    if arrows is not None:
-                        arrows.extend(("col", c) for c in leaves(self.width))
-                    if picked is not None:
-                        picked.extend(leaves(self.width))
+                    self._time_items(items, names, arrows, picked)
                     continue
                 sql, arrow = self._expr(inner)
                 items.append(f"{sql} AS {quote(name)}")
@@ -393,12 +388,7 @@ class Translator:
                 if inner_kind == "AttributeReference" and inner["name"] == TIME:
                     if name != TIME:
                         raise Untranslatable("the body renames `time`")
-                    items.extend(quote(c) for c in leaves(self.width))
-                    names.extend(leaves(self.width))
-                    if arrows is not None:
-                        arrows.extend(("col", c) for c in leaves(self.width))
-                    if picked is not None:
-                        picked.extend(leaves(self.width))
+                    self._time_items(items, names, arrows, picked)
                     continue
 
                 def jexpr(j: int = j, alias: bool = ekind == "Alias") -> Any:
@@ -446,6 +436,17 @@ class Translator:
         except _NoJson:
             return self._expr(jexpr())
         return self._parsed(text, columns, lambda: jexpr().sql())
+
+    def _time_items(self, items: list[str], names: list[str], arrows: list[Any] | None,
+                    picked: list[str] | None) -> None:
+        """A projection of ``time``: the loop's time leaves, passed through."""
+        cols = leaves(self.width)
+        items.extend(quote(c) for c in cols)
+        names.extend(cols)
+        if arrows is not None:
+            arrows.extend(("col", c) for c in cols)
+        if picked is not None:
+            picked.extend(cols)
 
     def _renamed(self, e: Any, columns: dict[str, str]) -> Any:
         """``e`` with every column reference renamed ``_sdc<i>`` (``columns``: name -> safe name)."""
