@@ -10,14 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import CONNECT
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_differential._jobs import count_round_trips
 from spark_differential.translate import Translator, Untranslatable, placeholder
-
-pytestmark = pytest.mark.skipif(CONNECT, reason="the translator reads classic sessions' plans (Connect loops run distributed)")
 
 SCHEMA = T.StructType(
     [
