@@ -54,6 +54,7 @@ from typing import Any
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema, qcols
 from .lattice import Total
+from .session import is_connect
 from .translate import NoArrow, Relation, Translator, Untranslatable, evaluate, leaves, placeholder
 
 np = lazy("numpy")
@@ -78,14 +79,25 @@ SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
 
+def master_of(spark: Any) -> str:
+    """The session's master URL (``""`` when unknown): the SparkContext's on a classic
+    session, the server's ``spark.master`` setting on Spark Connect."""
+    if is_connect(spark):
+        try:
+            return str(spark.conf.get("spark.master", "") or "")
+        except Exception:  # noqa: BLE001 - a server that does not say
+            return ""
+    try:
+        return str(spark.sparkContext.master)
+    except Exception:  # noqa: BLE001 - a session without a SparkContext
+        return ""
+
+
 def default_rows(spark: Any) -> int:
     """The default of ``localRows``: :data:`DEFAULT_ROWS`, or :data:`DEFAULT_ROWS_LOCAL`
-    on a ``local``/``local-cluster`` master (executors on the driver's machine)."""
-    try:
-        master = str(spark.sparkContext.master)
-    except Exception:  # noqa: BLE001 - e.g. Spark Connect (whose loops run distributed anyway)
-        return DEFAULT_ROWS
-    return DEFAULT_ROWS_LOCAL if master.startswith("local") else DEFAULT_ROWS
+    on a ``local``/``local-cluster`` master (executors on the driver's machine; on Spark
+    Connect, the server's machine)."""
+    return DEFAULT_ROWS_LOCAL if master_of(spark).startswith("local") else DEFAULT_ROWS
 
 
 def rows_setting(spark: Any) -> int:
@@ -122,10 +134,7 @@ def default_threads(spark: Any) -> int:
     import os
     import re
 
-    try:
-        master = str(spark.sparkContext.master)
-    except Exception:  # noqa: BLE001 - e.g. Spark Connect (whose loops run distributed anyway)
-        return DEFAULT_THREADS
+    master = master_of(spark)
     m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
     if m is None:
         return DEFAULT_THREADS
@@ -254,7 +263,13 @@ class Recorder:
         # again, as BFS concatenates its roots) and of every outer collection the body reads
         self.sources: list[tuple[Any, Any]] = [(roots, cs)]
         ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
-        self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
+        self.connect = is_connect(spark)
+        if self.connect:  # the client's plan, read in this process (spark_differential.translate_connect)
+            from .translate_connect import ConnectTranslator
+
+            self.translator: Translator = ConnectTranslator(spark, self.tables, self.width, ansi=ansi)
+        else:
+            self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
         self._large: bool | None = None
         self.T = T
         self.loop_var = self.placeholder("v", [cs.field(c) for c in cs.data_cols])
@@ -266,7 +281,8 @@ class Recorder:
             T.StructField(TIME, self.loop_t.spark_type(), True),
             T.StructField(DIFF, T.LongType(), True),
         ])
-        df = placeholder(self.spark, schema, name)
+        # Connect: an empty local relation, known by its plan node (no RPC to build it)
+        df = self.spark.createDataFrame([], schema) if self.connect else placeholder(self.spark, schema, name)
         self.translator.known(df, name)
         self.tables[name] = (name, [*[f.name for f in fields], TIME, DIFF])
         return df
@@ -892,8 +908,6 @@ def record(roots: Any, loop_t: Any, cs: CollectionSchema, body: Callable[[Any], 
            check: Callable[[Any], Any], max_iterations: int | None, limit: int) -> tuple[Program, list[Any]]:
     """Call ``body`` once on placeholders; the program and its sources (the roots first)."""
     spark = roots.sparkSession
-    if getattr(roots, "_jdf", None) is None:  # checked before the Recorder reaches for the JVM
-        raise Untranslatable("the session is Spark Connect (no analysed plan to translate)")
     rec = Recorder(spark, loop_t, cs, roots)
     ctx.recording = rec
     try:
@@ -980,12 +994,17 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     ]
     schema = T.StructType(fields)
     out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
-    obs = Observation()
-    # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric)
     metrics_ = {"status": STATUS, "iters": ITERS, "changing": CHANGING, "history": HISTORY, "chunks": CHUNKS,
                 "phases": PHASES}
+    connect = is_connect(spark)
+    if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
+        log.info("dd_iterate: %s=always is not available on Spark Connect", SPREAD_CONF)
+        return None
+    obs = None if connect else Observation()
+    # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric); on
+    # Spark Connect a checkpoint's reply carries no observed metrics: the status row is read back instead
     fields_ = ", ".join(f"'{name}', max({col})" for name, col in metrics_.items())
-    observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
+    observed = out if obs is None else out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -999,7 +1018,12 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         if mine is not None:
             raise mine from e
         raise
-    metrics = obs.get["m"].asDict()
+    if obs is not None:
+        metrics = obs.get["m"].asDict()
+    else:  # the task's status row, from the checkpoint (one small job reading it)
+        row = kept.where(F.col(STATUS).isNotNull()).selectExpr(
+            *[f"{col} AS {name}" for name, col in metrics_.items()]).collect()
+        metrics = row[0].asDict() if row else {}
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
