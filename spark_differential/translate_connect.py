@@ -192,6 +192,10 @@ class ConnectTranslator(Translator):
                     items.append((e._alias[0], e._child))
                 elif type(e).__name__ == "ColumnReference":
                     items.append((None, e))
+                elif type(e).__name__ == "UnresolvedStar":
+                    raise Untranslatable("`*` in a step (name the columns)")
+                elif type(e).__name__ == "SQLExpression":
+                    raise Untranslatable("SQL text in a step (F.expr, selectExpr): write it with Columns")
                 else:
                     raise Untranslatable(f"an unnamed computed column ({e}): name it with .alias()")
             return self._project(child, items, pid)
@@ -272,7 +276,8 @@ class ConnectTranslator(Translator):
                 continue
             if ref is not None:
                 col = child.names[ref]
-                label = name or col
+                # unaliased: the name as written (Spark Connect keeps `N` for a column `n`)
+                label = name or (_parts(e._unparsed_identifier)[-1] if type(e).__name__ == "ColumnReference" else col)
                 out.append(f"{quote(col)} AS {quote(label)}")
                 names.append(label)
                 types.append(child.types[ref])
@@ -379,6 +384,8 @@ class ConnectTranslator(Translator):
             if e._else_value is not None:
                 parts.append(f"ELSE {cast(values[-1])}")
             return " ".join([*parts, "END"]), typ
+        if kind == "SQLExpression":
+            raise Untranslatable("SQL text in a step (F.expr, selectExpr): write it with Columns")
         if kind != "UnresolvedFunction" or e._is_distinct:
             raise Untranslatable(f"the expression {e} ({kind}) is not translated in one task")
         name = e._name if e._name in _ARITH or e._name in _COMPARE else e._name.lower()

@@ -115,3 +115,134 @@ def test_picking_columns_matches_a_select(spark):
     assert picked.columns == selected.columns
     assert picked.arrow is not None and selected.arrow is not None
     assert picked_trips <= 3
+
+
+# ---------------------------------------------------------------------------------
+# Relations against Spark itself, on both session kinds: the classic reader reads the
+# analysed plan, the Connect reader (spark_differential.translate_connect) the client's
+# plan.  Each translated case's DuckDB query (and Arrow program) over sample rows must
+# give Spark's own rows for the same DataFrame built on those rows.
+
+ROWS = [
+    (1, 2, "a", True, 0.5, 0, 1),
+    (5, 3, "case", False, -1.0, 1, 2),
+    (-7, -3, "it", None, 2.25, 2, -1),
+    (None, 1, None, True, None, 3, 1),
+    (4, None, "b", None, 0.0, 4, 3),
+    (9, 9, "z", False, 1.5, 5, 1),
+]
+# cases both readers must translate (the others may be refused; refused ones must stay refused below)
+TRANSLATED = {
+    "pass through", "rename", "long literal", "comparisons", "null safe", "not null filter",
+    "case when", "functions", "in and between", "keyword column", "self union", "union", "alias then select",
+}
+REFUSED = {"self join", "untranslatable function", "time computed", "time renamed", "aggregate"}
+CONNECT_CASES: dict[str, Any] = {
+    **CASES,
+    "with column": lambda d: d.withColumn("x", F.col("x") * 3).withColumn("m", F.col("n") - F.col("x")),
+    "renamed and dropped": lambda d: d.withColumnRenamed("x", "y").drop("f", "b"),
+    "df column": lambda d: d.where(d["x"] > 0).select(d["x"], (d.n + 1).alias("n1"), *KEEP),
+    "mixed widths": lambda d: d.select((F.col("n") + F.col("x")).alias("s"), F.greatest(F.col("n"), F.lit(0)).alias("g"),
+                                       F.coalesce(F.col("n"), F.col("x")).alias("c"), *KEEP),
+    "string compare": lambda d: d.where((F.col("case") >= F.lit("b")) | F.col("case").isin("a", "it")),
+    "modulo": lambda d: d.select((F.col("x") % 4).alias("r"), (-F.col("x") % F.lit(3)).alias("q"), *KEEP),
+    "case insensitive": lambda d: d.select(F.col("X").alias("x2"), "N", *KEEP),
+}
+REFUSED_ON_CONNECT = {
+    **{k: None for k in REFUSED},
+    "division": "/",  # Spark's `/` is decimal/double division with its own errors: not read on Connect
+    "float literal (JVM fallback)": "double",
+    "star": "*",
+    "string number compare": "implicit cast",
+    "sql text": "SQL text",
+}
+CONNECT_CASES["star"] = lambda d: d.select("*")
+CONNECT_CASES["string number compare"] = lambda d: d.where(F.col("case") == F.col("x"))
+CONNECT_CASES["sql text"] = lambda d: d.selectExpr("x + 1 AS x", *KEEP)
+
+
+def _relation(spark: Any, build: Any) -> Any:
+    """``build`` over a loop placeholder, read by the session's own reader."""
+    from spark_differential.session import is_connect
+
+    tables = {"v": ("v", [f.name for f in SCHEMA.fields])}
+    if is_connect(spark):
+        from spark_differential.translate_connect import ConnectTranslator
+
+        tr: Any = ConnectTranslator(spark, tables, 1, ansi=True)
+        leaf = spark.createDataFrame([], SCHEMA)
+    else:
+        tr = Translator(spark._jvm, tables, 1, ansi=True)
+        leaf = placeholder(spark, SCHEMA, "v")
+    tr.known(leaf, "v")
+    try:
+        return tr.relation(build(leaf))
+    except Untranslatable as e:
+        return e
+
+
+@pytest.mark.connect
+def test_relations_give_sparks_rows(spark):
+    import pyarrow as pa
+
+    from spark_differential.execution import arrow_schema
+    from spark_differential.kernels import duck
+    from spark_differential.session import is_connect
+    from spark_differential.translate import NoArrow, evaluate
+
+    connect = is_connect(spark)
+    real = spark.createDataFrame(ROWS, SCHEMA)
+    table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in ROWS], schema=arrow_schema(spark, SCHEMA))
+    table = table.rename_columns([("_sd_t0" if n == "time" else n) for n in table.column_names])
+    cases = CONNECT_CASES if connect else CASES
+    translated = set()
+    for name, build in sorted(cases.items()):
+        rel = _relation(spark, build)
+        if isinstance(rel, Untranslatable):
+            assert name not in TRANSLATED, (name, str(rel))
+            if connect and REFUSED_ON_CONNECT.get(name):
+                assert REFUSED_ON_CONNECT[name] in str(rel), (name, str(rel))
+            continue
+        assert name not in REFUSED and not (connect and name in REFUSED_ON_CONNECT), name
+        translated.add(name)
+        expected_df = build(real)
+        cols = ["_sd_t0" if c == "time" else c for c in expected_df.columns]
+        assert list(rel.columns) == cols, (name, rel.columns)
+        expected = sorted(map(tuple, expected_df.collect()), key=repr)
+        got = duck.query(rel.sql, {"v": table})
+        assert sorted(map(tuple, (r.values() for r in got.to_pylist())), key=repr) == expected, (name, rel.sql)
+        if rel.arrow is not None:
+            try:
+                arrow = evaluate(rel.arrow, {"v": table})
+            except NoArrow:
+                continue
+            assert sorted(map(tuple, (r.values() for r in arrow.to_pylist())), key=repr) == expected, name
+    assert TRANSLATED <= translated
+    if connect:
+        assert {"arithmetic", "with column", "renamed and dropped", "df column", "mixed widths", "string compare", "modulo",
+                "case insensitive"} <= translated
+
+
+@pytest.mark.connect
+def test_connect_reader_checks_the_servers_schema(spark):
+    """On Connect every translated DataFrame costs one schema RPC (its types checked), and a
+    leaf the recorder does not know (a DataFrame from outside the loop) is refused."""
+    from spark_differential.session import is_connect
+
+    if not is_connect(spark):
+        rel = _relation(spark, lambda d: spark.createDataFrame(ROWS, SCHEMA))
+        assert isinstance(rel, Untranslatable)
+        return
+    from spark_differential.translate_connect import ConnectTranslator
+
+    tables = {"v": ("v", [f.name for f in SCHEMA.fields])}
+    tr = ConnectTranslator(spark, tables, 1, ansi=True)
+    leaf = spark.createDataFrame([], SCHEMA)
+    tr.known(leaf, "v")
+    tr.relation(leaf.select(F.col("n").alias("x"), (F.col("x") + 1).alias("dist"), *KEEP))
+    assert tr.schema_checks == 1
+    other = spark.createDataFrame([], SCHEMA)  # same schema, another plan: not a leaf
+    with pytest.raises(Untranslatable, match="outside the loop"):
+        tr.relation(other.select("x", *KEEP))
+    with pytest.raises(Untranslatable, match="ansi"):
+        ConnectTranslator(spark, tables, 1, ansi=False).relation(leaf)
