@@ -90,17 +90,12 @@ LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 
 
-@pytest.fixture(params=["connect_fallback"] if CONNECT else ["in_task", "distributed"])
+@pytest.fixture(params=["in_task"] if CONNECT else ["in_task", "distributed"])
 def path(request, spark, caplog):
     """Run the test on both loop paths: whole loops inside one task, and iteration by
     iteration on the cluster; the in-task run must really have taken its path.  On
-    Spark Connect (no in-task path yet) the loop must say it falls back, and why."""
-    if request.param == "connect_fallback":
-        caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-        yield request.param
-        messages = [r.getMessage() for r in caplog.get_records("call")]
-        assert any("running distributed" in m and "Spark Connect" in m for m in messages), messages
-        return
+    Spark Connect only the in-task path (its steps read from the client's plan); the
+    distributed path there is tested by the fallback test below."""
     spark.conf.set(LOCAL_ROWS, "1000000" if request.param == "in_task" else "0")
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     try:
@@ -177,7 +172,7 @@ def test_bfs_random_graphs_with_row_traces(spark, distributed, caplog, name):
     assert not any("packed" in rec.getMessage() for rec in caplog.records)
 
 
-@pytest.mark.parametrize("name", list(LATTICES))
+@pytest.mark.parametrize("name", connect_params(list(LATTICES), "int"))
 def test_reachability_random_graphs(spark, path, name):
     lat = LATTICES[name]
     edges, roots, per_case = batched_graphs(23, 10, lat)
@@ -292,7 +287,7 @@ def test_non_converging_body_raises(spark, path):
     assert "max_iterations=4" in str(err.value)
 
 
-@pytest.mark.parametrize("what", ["time", "diff"])
+@pytest.mark.parametrize("what", connect_params(["time", "diff"]))
 def test_null_entering_a_loop(spark, path, what):
     """A null time or diff in the roots or in a collection entering the body fails the loop
     with the same NullValueError on both paths (never a dropped row)."""
@@ -494,9 +489,10 @@ def test_reduce_heavy_body_on_both_paths(spark, path):
     assert got == sorted([(("j", 4), 0, 1), (("k", 4), 0, 1), (("k", 4), 2, -1), (("k", 10), 2, 1)])
 
 
+@pytest.mark.connect
 def test_untranslatable_body_runs_distributed_and_says_why(spark, caplog):
     """An expression the translator does not cover (pmod) sends the loop to the distributed
-    path, with one log line naming it, and the answer is the same."""
+    path, with one log line naming it, and the answer is the same (on Spark Connect too)."""
     roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     out = roots.dd_iterate(
@@ -507,7 +503,7 @@ def test_untranslatable_body_runs_distributed_and_says_why(spark, caplog):
     assert len(why) == 1 and "pmod" in why[0].lower(), why
 
 
-@pytest.mark.parametrize("chunk_rows", ["5", "12"])
+@pytest.mark.parametrize("chunk_rows", connect_params(["5", "12"]))
 def test_bfs_in_time_chunks_on_both_paths(spark, path, caplog, chunk_rows):
     """Time chunks (a few updates each) inside one task and on the cluster, against the oracle."""
     spark.conf.set("spark_differential.iterate.chunkRows", chunk_rows)
