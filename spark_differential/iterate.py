@@ -1181,8 +1181,11 @@ def dd_iterate(
     rows (default 1,000,000, 2,500,000 on a ``local`` master; ``0`` or ``off`` disables it), every iteration runs inside
     one task with the same kernels: one Spark job for the whole loop instead of
     several per iteration, and identical rows.  Otherwise (a nested ``dd_iterate``,
-    an expression the translator does not cover, Spark Connect, larger inputs) the
+    an expression the translator does not cover, larger inputs) the
     loop runs iteration by iteration on the cluster; the reason is logged at INFO.
+    On Spark Connect the steps are read from the client's plan, with the types
+    checked against the server's schema; fewer kinds of expressions are read there
+    (no division, floating point or SQL text), the others run distributed.
     The body must therefore be a pure function of its argument: it may be called
     once (recorded) or once per iteration.
 

@@ -12,7 +12,9 @@ data); here the whole loop is one task of one job:
   parameters, which of its inputs vary with the loop and which come from outside)
   and returns a fresh placeholder; the linear steps between them (``select``,
   ``where``, ``withColumn``, unions) are read from the Spark plan and translated to
-  DuckDB SQL (:mod:`spark_differential.translate`).  Anything the translator or the
+  DuckDB SQL (:mod:`spark_differential.translate` on a classic session; on Spark
+  Connect :mod:`spark_differential.translate_connect` reads the client's plan, the
+  placeholders being empty local relations known by their plan node).  Anything the translator or the
   recorder does not cover raises :class:`~spark_differential.translate.Untranslatable`
   and the loop runs distributed, with one log line saying why.
 * **Running** (executor): the roots and every collection from outside the loop go
@@ -34,7 +36,8 @@ data); here the whole loop is one task of one job:
   ``0`` disables the path) stops reading and
   says so; the loop then runs distributed.  The task's last row reports how it
   ended (done, too large, or out of iterations) through an observed metric of the
-  same job.
+  same job; on Spark Connect (whose checkpoint replies carry no observed metrics)
+  the driver reads that row back from the checkpoint, one small job.
 * ``spark_differential.iterate.localSpread=always`` instead plans the chunks on the
   driver and runs one task per partition over its chunks, the answers consolidated
   across chunks by Spark (measured slower than both other paths on the BFS benchmark,

@@ -16,8 +16,10 @@ aliases over the leaves, with expressions made of columns, literals, casts,
 arithmetic, comparisons, boolean logic, ``CASE``/``IF``, ``coalesce``, ``least``,
 ``greatest``, ``abs`` and a few string functions (sqlglot translates Spark SQL to
 DuckDB's).  Anything else raises :class:`Untranslatable` with the reason, and the
-loop runs on the distributed path instead.  Classic sessions only: a Spark
-Connect DataFrame has no analysed plan to read here.
+loop runs on the distributed path instead.  This reader is for classic sessions (a
+Spark Connect DataFrame has no analysed plan in this process);
+:mod:`spark_differential.translate_connect` reads a Connect client's plan into the
+same :class:`Relation` s.
 """
 
 from __future__ import annotations

@@ -288,6 +288,8 @@ class ConnectTranslator(Translator):
                 continue
             if name is None:  # pragma: no cover - only named items reach here
                 raise Untranslatable("an unnamed computed column")
+            if name == TIME:
+                raise Untranslatable("the body computes `time` (it may only pass it through)")
             sql, typ = self._expr(e, child)
             if typ not in _SQL:
                 raise Untranslatable(f"a computed column `{name}` of type {typ}")
