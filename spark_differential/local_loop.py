@@ -1125,6 +1125,11 @@ def _estimated_rows(sources: Sequence[Any]) -> tuple[int, bool]:
     total = 0
     held = True
     for df in sources:
+        if is_connect(df):
+            rows, ok = _connect_held(df._plan)
+            total += rows
+            held = held and ok
+            continue
         try:
             plan = df._jdf.queryExecution().optimizedPlan()
             held = held and _held(plan)
@@ -1154,3 +1159,28 @@ def _held(plan: Any) -> bool:
         return False
     children = plan.children()
     return all(_held(children.apply(i)) for i in range(children.size()))
+
+
+_CONNECT_HELD = {"LocalRelation", "CachedLocalRelation", "ChunkedCachedLocalRelation", "CachedRemoteRelation",
+                 "CachedRelation", "Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop",
+                 "ToDF", "SetOperation"}
+
+
+def _connect_held(plan: Any) -> tuple[int, bool]:
+    """:func:`_held` for a Spark Connect client's plan (no RPC): whether it only reads local
+    rows or checkpoints (``CachedRemoteRelation``) through projections, filters and unions,
+    and the rows of the local relations it reads (a union's sides summed; a checkpoint's
+    rows are not known here: 0, the task's own count decides)."""
+    kind = type(plan).__name__
+    if kind not in _CONNECT_HELD or getattr(plan, "_references", None):
+        return 0, False
+    if kind == "SetOperation":
+        if plan.set_op != "union":
+            return 0, False
+        a, b = _connect_held(plan._child), _connect_held(plan.other)
+        return a[0] + b[0], a[1] and b[1]
+    child = getattr(plan, "_child", None)
+    if child is not None:
+        return _connect_held(child)
+    table = getattr(plan, "_table", None)
+    return (table.num_rows if table is not None else 0), True

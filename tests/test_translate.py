@@ -246,3 +246,18 @@ def test_connect_reader_checks_the_servers_schema(spark):
         tr.relation(other.select("x", *KEEP))
     with pytest.raises(Untranslatable, match="ansi"):
         ConnectTranslator(spark, tables, 1, ansi=False).relation(leaf)
+
+
+@pytest.mark.connect
+def test_loop_sources_held_and_counted_without_a_job(spark):
+    """The in-task loop reads sources that only project local rows in their own task (one
+    stage); a join is computed by a plan of its own.  On Connect the client's plan is read
+    (local rows counted from its Arrow table), on a classic session Spark's statistics."""
+    from spark_differential.local_loop import _estimated_rows
+    from spark_differential.session import is_connect
+
+    local = spark.createDataFrame(ROWS, SCHEMA)
+    assert _estimated_rows([local.where(F.col("x") > 0).select("x", *KEEP)])[1] is True
+    rows, held = _estimated_rows([local, local.unionByName(local)])
+    assert held and (rows == 18 or not is_connect(spark))  # classic: Spark's size-based estimate
+    assert _estimated_rows([local.join(local.select("x"), "x")])[1] is False
