@@ -1185,7 +1185,7 @@ def dd_iterate(
     loop runs iteration by iteration on the cluster; the reason is logged at INFO.
     On Spark Connect the steps are read from the client's plan, with the types
     checked against the server's schema; fewer kinds of expressions are read there
-    (no division, floating point or SQL text), the others run distributed.
+    (no division or floating point), the others run distributed.
     The body must therefore be a pure function of its argument: it may be called
     once (recorded) or once per iteration.
 

@@ -24,9 +24,11 @@ tree of ``pyspark.sql.connect.plan`` nodes (``Project``, ``Filter``, ``WithColum
   written out: integral arithmetic (``+``, ``-``, ``*``, ``%`` by a nonzero literal,
   negation, ``abs``) with Spark's widening as explicit casts, comparisons of integers,
   strings, booleans or dates, Kleene logic, null tests, ``IN``, ``CASE WHEN``,
-  ``coalesce``/``least``/``greatest`` and a few exact casts.  Anything else (division,
-  floating point, string<->number conversions, non-ANSI sessions, SQL text from
-  ``F.expr``) raises :class:`~spark_differential.translate.Untranslatable`.
+  ``coalesce``/``least``/``greatest`` and a few exact casts.  SQL text (``F.expr``,
+  ``selectExpr``, a string ``where``) is parsed by sqlglot into the same expression
+  objects first (:func:`_from_sql`).  Anything else (division, floating point,
+  string<->number conversions, non-ANSI sessions) raises
+  :class:`~spark_differential.translate.Untranslatable`.
 * The inferred output schema of every translated DataFrame is checked against the
   server's (``df.schema``: one RPC per step): a step whose names or types differ is
   refused, and each computed column is cast to its Spark type in the query.
@@ -195,7 +197,7 @@ class ConnectTranslator(Translator):
                 elif type(e).__name__ == "UnresolvedStar":
                     raise Untranslatable("`*` in a step (name the columns)")
                 elif type(e).__name__ == "SQLExpression":
-                    raise Untranslatable("SQL text in a step (F.expr, selectExpr): write it with Columns")
+                    items.append(_from_sql(e._expr, top=True))
                 else:
                     raise Untranslatable(f"an unnamed computed column ({e}): name it with .alias()")
             return self._project(child, items, pid)
@@ -387,7 +389,7 @@ class ConnectTranslator(Translator):
                 parts.append(f"ELSE {cast(values[-1])}")
             return " ".join([*parts, "END"]), typ
         if kind == "SQLExpression":
-            raise Untranslatable("SQL text in a step (F.expr, selectExpr): write it with Columns")
+            return self._expr(_from_sql(e._expr, top=False)[1], scope)
         if kind != "UnresolvedFunction" or e._is_distinct:
             raise Untranslatable(f"the expression {e} ({kind}) is not translated in one task")
         name = e._name if e._name in _ARITH or e._name in _COMPARE else e._name.lower()
@@ -489,3 +491,87 @@ def _literal(value: Any, typ: str) -> tuple[str, str]:
     elif typ == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\"):
         return f"'{value}'", typ
     raise Untranslatable(f"a literal {value!r} of type {typ} (only integers, booleans, plain strings and nulls)")
+
+
+# sqlglot's nodes (Spark dialect) -> the Connect client's function names
+_SQL_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Mod": "%", "EQ": "==", "GT": ">", "GTE": ">=", "LT": "<",
+               "LTE": "<=", "NullSafeEQ": "<=>", "And": "and", "Or": "or"}
+_SQL_FUNCTIONS = {"Abs": "abs", "Least": "least", "Greatest": "greatest", "Coalesce": "coalesce"}
+
+
+def _from_sql(text: str, top: bool) -> tuple[str | None, Any]:
+    """Spark SQL text (``F.expr``, ``selectExpr``, a string ``where``) as the Connect client's
+    expression objects, which :meth:`ConnectTranslator._expr` then types; ``top``: a
+    projection item, whose ``AS name`` gives ``(name, expression)``.  Parsed by sqlglot's
+    Spark dialect; only the forms the Column reader covers are accepted (Spark SQL's
+    numeric literals: integers as ``INT``, or ``BIGINT`` beyond its range)."""
+    import sqlglot
+    from pyspark.sql.connect import expressions as X
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, NullType, StringType
+
+    if "\\" in text:
+        raise Untranslatable(f"SQL text with a backslash ({text!r}): Spark's escapes are not read in one task")
+    try:
+        tree = sqlglot.parse_one(text, read="spark")
+    except Exception as err:  # noqa: BLE001 - any parse failure means: not ours to run
+        raise Untranslatable(f"cannot read the SQL text {text!r} ({err})") from None
+
+    def conv(n: Any) -> Any:
+        kind = type(n).__name__
+        if kind == "Paren":
+            return conv(n.this)
+        if kind == "Column":
+            return X.ColumnReference(".".join("`" + p.name.replace("`", "``") + "`" for p in n.parts))
+        if kind == "Literal":
+            raw = str(n.this)
+            if n.is_string:
+                return X.LiteralExpression(raw, StringType())
+            if raw.isdigit() and int(raw) < (1 << 63):
+                return X.LiteralExpression(int(raw), IntegerType() if int(raw) < (1 << 31) else LongType())
+            raise Untranslatable(f"the numeric literal {raw} in {text!r} (only integers run in one task)")
+        if kind == "Boolean":
+            return X.LiteralExpression(bool(n.this), BooleanType())
+        if kind == "Null":
+            return X.LiteralExpression(None, NullType())
+        if kind in ("Cast", "TryCast"):
+            # sqlglot reads Spark's CAST as TRY_CAST (non-ANSI Spark); in ANSI mode (the
+            # only one read here) it is a CAST
+            return X.CastExpression(conv(n.this), n.args["to"].sql(dialect="spark"))
+        if kind in _SQL_BINARY:
+            return X.UnresolvedFunction(_SQL_BINARY[kind], [conv(n.this), conv(n.expression)])
+        if kind == "NEQ":
+            return X.UnresolvedFunction("not", [X.UnresolvedFunction("==", [conv(n.this), conv(n.expression)])])
+        if kind == "Neg":
+            inner = conv(n.this)
+            if type(inner).__name__ == "LiteralExpression" and isinstance(inner._value, int):
+                value = -inner._value
+                return X.LiteralExpression(value, IntegerType() if -(1 << 31) <= value else LongType())
+            return X.UnresolvedFunction("negative", [inner])
+        if kind == "Not":
+            return X.UnresolvedFunction("not", [conv(n.this)])
+        if kind == "Is" and type(n.expression).__name__ == "Null":
+            return X.UnresolvedFunction("isnull", [conv(n.this)])
+        if kind in _SQL_FUNCTIONS:
+            return X.UnresolvedFunction(_SQL_FUNCTIONS[kind], [conv(a) for a in [n.this, *n.expressions]])
+        if kind == "In" and not n.args.get("query") and not n.args.get("unnest") and n.expressions:
+            return X.UnresolvedFunction("in", [conv(n.this), *[conv(a) for a in n.expressions]])
+        if kind == "Between":
+            v = conv(n.this)
+            return X.UnresolvedFunction("and", [X.UnresolvedFunction(">=", [v, conv(n.args["low"])]),
+                                                X.UnresolvedFunction("<=", [v, conv(n.args["high"])])])
+        if kind == "Case" and n.this is None:
+            branches = [(conv(i.this), conv(i.args["true"])) for i in n.args["ifs"]]
+            default = n.args.get("default")
+            return X.CaseWhen(branches, None if default is None else conv(default))
+        if kind == "If":
+            false = n.args.get("false")
+            return X.CaseWhen([(conv(n.this), conv(n.args["true"]))], None if false is None else conv(false))
+        raise Untranslatable(f"the SQL text {text!r} uses {kind}, which the in-task path does not translate on Connect")
+
+    if top and type(tree).__name__ == "Alias":
+        return tree.alias, conv(tree.this)
+    if top and type(tree).__name__ == "Column":
+        return None, conv(tree)
+    if top:
+        raise Untranslatable(f"an unnamed computed column ({text}): name it with AS")
+    return None, conv(tree)

@@ -154,11 +154,15 @@ REFUSED_ON_CONNECT = {
     "float literal (JVM fallback)": "double",
     "star": "*",
     "string number compare": "implicit cast",
-    "sql text": "SQL text",
+    "sql division": "Div",
 }
 CONNECT_CASES["star"] = lambda d: d.select("*")
 CONNECT_CASES["string number compare"] = lambda d: d.where(F.col("case") == F.col("x"))
-CONNECT_CASES["sql text"] = lambda d: d.selectExpr("x + 1 AS x", *KEEP)
+CONNECT_CASES["sql text"] = lambda d: d.selectExpr(
+    "x + 1 AS x", "CASE WHEN n BETWEEN -3 AND 2 THEN -n ELSE abs(n) END AS m", "CAST(n AS BIGINT) % 4 AS r", "`case`",
+    "coalesce(`case`, 'none') AS c", *KEEP)
+CONNECT_CASES["sql where"] = lambda d: d.where("x > 1 AND `case` IS NOT NULL OR n IN (1, -3) AND NOT b")
+CONNECT_CASES["sql division"] = lambda d: d.selectExpr("x / 2 AS q", *KEEP)
 
 
 def _relation(spark: Any, build: Any) -> Any:
@@ -219,7 +223,7 @@ def test_relations_give_sparks_rows(spark):
             assert sorted(map(tuple, (r.values() for r in arrow.to_pylist())), key=repr) == expected, name
     assert TRANSLATED <= translated
     if connect:
-        assert {"arithmetic", "with column", "renamed and dropped", "df column", "mixed widths", "string compare", "modulo",
+        assert {"arithmetic", "if", "sql text", "sql where", "with column", "renamed and dropped", "df column", "mixed widths", "string compare", "modulo",
                 "case insensitive"} <= translated
 
 
