@@ -498,10 +498,30 @@ class Translator:
                     raise Untranslatable(f"the expression {original()!r} reads an unknown column")
                 node.set("table", None)
                 node.set("this", exp.to_identifier(users[node.name], quoted=True))
+            if self.ansi and isinstance(node, (exp.Div, exp.Mod)) and not _nonzero_literal(node.expression):
+                raise Untranslatable(
+                    f"the expression {original()!r} divides by a value that may be zero (Spark raises "
+                    "DIVIDE_BY_ZERO under ANSI mode where DuckDB returns NULL)")
         if self.ansi:
             tree = tree.transform(lambda n: exp.Cast(this=n.this, to=n.args["to"]) if isinstance(n, exp.TryCast) else n)
         return tree.sql(dialect="duckdb"), (_arrow_expr(tree) if self.ansi else None)
 
+
+
+def _nonzero_literal(node: Any) -> bool:
+    """Whether the sqlglot expression ``node`` is a numeric literal other than zero (under casts and parentheses)."""
+    from sqlglot import exp
+
+    while isinstance(node, (exp.Cast, exp.TryCast, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        return _nonzero_literal(node.this)
+    if not (isinstance(node, exp.Literal) and not node.is_string):
+        return False
+    try:
+        return float(node.this) != 0
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------------------------

@@ -35,6 +35,10 @@ CASES: dict[str, Any] = {
     "arithmetic": lambda d: d.select(((F.col("x") + 1) * 2 - F.col("n") % 3).alias("x"), (-F.col("n")).alias("m"), *KEEP),
     "long literal": lambda d: d.select((F.col("x") + F.lit(5).cast("long")).alias("x"), F.lit(2**40).alias("big"), *KEEP),
     "division": lambda d: d.select((F.col("x") / 2).alias("q"), *KEEP),
+    # Spark (ANSI) raises DIVIDE_BY_ZERO where DuckDB returns NULL: refused unless the divisor is a nonzero literal
+    "division by a column": lambda d: d.select((F.col("x") / F.col("n")).alias("q"), (F.col("x") % F.col("n")).alias("r"),
+                                               *KEEP),
+    "division by zero": lambda d: d.select((F.col("x") % 0).alias("r"), *KEEP),
     "comparisons": lambda d: d.where((F.col("x") > 1) & (F.col("n") <= 3) | (F.col("x") == F.col("n")) | F.col("b")),
     "null safe": lambda d: d.where(F.col("x").eqNullSafe(F.col("n")) & ~F.col("case").isNull()),
     "not null filter": lambda d: d.where(F.col("x").isNotNull()).select("x", *KEEP),
@@ -136,7 +140,8 @@ TRANSLATED = {
     "pass through", "rename", "long literal", "comparisons", "null safe", "not null filter",
     "case when", "functions", "in and between", "keyword column", "self union", "union", "alias then select",
 }
-REFUSED = {"self join", "untranslatable function", "time computed", "time renamed", "aggregate"}
+REFUSED = {"self join", "untranslatable function", "time computed", "time renamed", "aggregate", "division by a column",
+           "division by zero"}
 CONNECT_CASES: dict[str, Any] = {
     **CASES,
     "with column": lambda d: d.withColumn("x", F.col("x") * 3).withColumn("m", F.col("n") - F.col("x")),
