@@ -27,6 +27,8 @@ point: ``-0.0``, NaN payloads; nested types) are left to the general path
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -419,7 +421,7 @@ def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
 
 
 def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Table, batches: list,
-                   key: tuple[str, ...]) -> pa.Table | None:
+                   key: tuple[str, ...], sorted_new: Any = None) -> pa.Table | None:
     """:func:`min_max` of ``new`` (this iteration's updates, ``_new`` true) together with the
     trace rows of the keys it touches, the trace given as batches kept sorted by ``key``
     (:class:`~spark_differential.kernels.native.KeySorted`) and read in place: no table of
@@ -427,6 +429,10 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
 
     For one integer data column, one time leaf, integer keys; ``None`` otherwise (the
     caller then reads the trace and calls :func:`min_max`).
+
+    ``sorted_new``: ``new`` as :func:`~spark_differential.kernels.native.key_sorted` gives
+    it (consolidated, sorted by ``key`` and then time; ``new`` is then its table): the rows
+    are not sorted again, and the caller can keep the same batch as the trace's next one.
 
     >>> import pyarrow as pa
     >>> from spark_differential.kernels import native
@@ -459,19 +465,24 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     cols = [_int64(new.column(c)) for c in ("_t0", "_a0", "_d")]
     if any(v is None for v in key_values) or any(v is None for v in cols):
         return None
-    radix = Radix.of(key_values)  # type: ignore[arg-type]
-    if radix is None:
-        return None
-    code, _ = radix.codes(key_values)  # type: ignore[arg-type]
-    order = np.argsort(code, kind="stable")
-    sc = code[order]
+    presorted = isinstance(sorted_new, KeySorted) and sorted_new.key == tuple(key) and sorted_new.table is new
+    if presorted:
+        sc = sorted_new.codes  # already in key order (and time order within a key)
+        order = np.arange(len(sc), dtype=np.int64)
+    else:
+        radix = Radix.of(key_values)  # type: ignore[arg-type]
+        if radix is None:
+            return None
+        code, _ = radix.codes(key_values)  # type: ignore[arg-type]
+        order = np.argsort(code, kind="stable")
+        sc = code[order]
     head = np.ones(len(sc), dtype=bool)
     head[1:] = sc[1:] != sc[:-1]
     firsts = np.nonzero(head)[0]
     nk = len(firsts)
     bound = np.append(firsts, len(sc)).astype(np.int64)
     distinct = [v[order[firsts]] for v in key_values]  # type: ignore[index]
-    new_t, new_v, new_d = (v[order] for v in cols)  # type: ignore[index]
+    new_t, new_v, new_d = (v if presorted else v[order] for v in cols)  # type: ignore[index]
     nb = len(batches)
     starts = np.zeros((nb, nk), dtype=np.int64)
     counts = np.zeros((nb, nk), dtype=np.int64)
