@@ -53,7 +53,7 @@ def _set(tree: np.ndarray, size: int, slot: int, live: bool) -> None:
         pos //= 2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _sweep_key(
     order: np.ndarray,
     lo: int,
