@@ -7,7 +7,8 @@ and its input as ``mapInArrow`` receives them, and calls the function again here
 the answer's rows and a checksum of them.  No Spark job runs in the timed part, so
 the figures are the loop's own work on ``(data, time, diff)``: what changes in the
 kernels show, without the job, the input's loading or the answer's trip to the JVM.
-``--profile`` prints a ``cProfile`` of one more call (CPU time).
+``--profile`` prints a ``cProfile`` of one more call (CPU time; ``--profile-sort tottime``
+for each function's own time).
 
 ``--threads`` sets ``spark_differential.iterate.localThreads`` (default 1: CPU
 seconds comparable across runs).  Compare two versions one after the other, each
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = bfs_graph_args(base_parser(__doc__ or ""))
     ap.add_argument("--threads", type=int, default=1, help="spark_differential.iterate.localThreads")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one more call")
+    ap.add_argument("--profile-sort", default="cumulative", help="the profile's order (e.g. tottime)")
     args = ap.parse_args(argv)
     spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4",
                                 "spark_differential.iterate.localRows": "50000000",
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         prof.enable()
         call()
         prof.disable()
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(prof).sort_stats(args.profile_sort).print_stats(40)
     return 0
 
 

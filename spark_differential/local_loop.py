@@ -492,12 +492,23 @@ class _Trace:
 
     def add(self, new: pa.Table) -> None:
         """Keep ``new``'s updates (as old ones from now on)."""
-        from .kernels.common import NEW
-
         if new.num_rows == 0:
             return
+        self.add_batch(self.batch(new))
+
+    def batch(self, new: pa.Table) -> Any:
+        """``new``'s updates as the trace keeps a batch of them (``_new`` false; consolidated and
+        sorted by key, a :class:`~spark_differential.kernels.native.KeySorted`, where the columns allow)."""
+        from .kernels.common import NEW
+
         old = new.set_column(new.schema.get_field_index(NEW), NEW, pa.array(np.zeros(new.num_rows, dtype=bool)))
-        self.batches.append(self._sorted(old))
+        return self._sorted(old)
+
+    def add_batch(self, batch: Any) -> None:
+        """Keep a batch made by :meth:`batch` (as old updates from now on)."""
+        if self._rows(batch).num_rows == 0:
+            return
+        self.batches.append(batch)
         # merge the newest batches while an older one is at most twice their size
         while len(self.batches) > 1 and self._rows(self.batches[-2]).num_rows <= 2 * self._rows(self.batches[-1]).num_rows:
             merged = pa.concat_tables([self._rows(b) for b in self.batches[-2:]])
@@ -519,12 +530,14 @@ class _Trace:
 
 
 def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[_Trace],
-              iteration: int) -> pa.Table:
+              iteration: int, consolidated: set[str] | None = None) -> pa.Table:
     """One stateful step of iteration ``iteration``: its kernel over this iteration's new
     updates and the trace rows of the keys they touch; the new updates join the traces.
 
     An outer source enters as new updates at iteration 0 and is kept in its input's
-    trace, the old updates of every later iteration."""
+    trace, the old updates of every later iteration.  ``consolidated`` (when given) gets
+    the step's name when its output is known consolidated (a traced ``dd_min``/``dd_max``:
+    one row per key, time and value, none with a zero diff)."""
     from .kernels.common import D, conform, times
 
     news: list[pa.Table | None] = []
@@ -543,10 +556,14 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
     traced = None
+    batch = None  # the one loop input's new updates as its trace's next batch, made once (traced extremum)
     if not any(n.num_rows for n in present):
         out = step.out_schema.empty_table()
     elif (traced := _traced_extremum(step, news, olds)) is not None:
+        traced, batch = traced
         out = conform(traced, step.out_schema)
+        if consolidated is not None:
+            consolidated.add(step.name)
     else:
         sides = []
         for inp, new, old in zip(step.inputs, news, olds):
@@ -558,7 +575,9 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
             sides.append(_concat(parts, inp.schema))
         out = conform(step.kernel(step.params, *sides), step.out_schema)
     for inp, new, trace in zip(step.inputs, news, traces):
-        if new is not None and (inp.relation is None or inp.keep):
+        if batch is not None:
+            trace.add_batch(batch)
+        elif new is not None and (inp.relation is None or inp.keep):
             trace.add(new)
     t = times(step.width)
     labels = {internal: user for internal, user in step.out_columns}
@@ -569,11 +588,13 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
     return out.rename_columns([labels[c] for c in keep])
 
 
-def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[_Trace | None]) -> pa.Table | None:
+def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
+                     olds: Sequence[_Trace | None]) -> tuple[pa.Table, Any] | None:
     """``dd_min``/``dd_max`` of one loop input read against its trace in place
     (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
-    are never gathered into a table, nor numbered), or ``None`` where that does not apply
-    (the step then reads its trace and calls its kernel)."""
+    are never gathered into a table, nor numbered), with the new updates as the trace's
+    next batch (sorted once, for both: :meth:`_Trace.batch`), or ``None`` where that does
+    not apply (the step then reads its trace and calls its kernel)."""
     from .kernels.reduce import ReduceParams
 
     p = step.params
@@ -581,9 +602,16 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None], olds: Sequ
             and step.width == 1 and len(news) == 1 and news[0] is not None and olds[0] is not None):
         return None
     from .kernels import extremum
+    from .kernels.native import KeySorted
 
     trace = olds[0]
-    return extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
+    batch = trace.batch(news[0])
+    if isinstance(batch, KeySorted):  # consolidated, in key and time order: the sweep needs no sort of its own
+        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
+                                      sorted_new=batch)
+    else:
+        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
+    return None if out is None else (out, batch)
 
 
 def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.Table], iteration: int) -> pa.Table:
@@ -811,9 +839,10 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
     history: list[int] = []
     while True:
         tables = {"v": v}
+        consolidated: set[str] = set()
         for step in steps:
             if isinstance(step, Stateful):
-                tables[step.name] = _run_step(step, tables, sources, traces[step.name], i)
+                tables[step.name] = _run_step(step, tables, sources, traces[step.name], i, consolidated)
             else:
                 tables[step.name] = _run_concat(step, tables, sources, i)
         out = conform(_relation(program.output, tables).rename_columns(cols), program.roots)
@@ -822,7 +851,11 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
 
             back = conform(roots.set_column(len(cols) - 1, DIFF, pc.negate(roots.column(DIFF))), program.roots)
             out = pa.concat_tables([out, back])
-        delta = conform(_consolidate(out, cols[:-1]), program.roots)
+            delta = conform(_consolidate(out, cols[:-1]), program.roots)
+        elif _whole(program.output, tables, consolidated):
+            delta = out  # a consolidated step's rows, every column kept: consolidated already
+        else:
+            delta = conform(_consolidate(out, cols[:-1]), program.roots)
         history.append(delta.num_rows)
         if delta.num_rows == 0:
             break
@@ -832,6 +865,16 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
         parts.append(delta)
         v = delta
     return pa.concat_tables(parts), history
+
+
+def _whole(rel: Relation, tables: dict[str, pa.Table], consolidated: set[str]) -> bool:
+    """Whether ``rel`` renames every column of one step's output known consolidated (its
+    rows then stay consolidated: a step's chunk column, dropped from its output, is a
+    function of the time)."""
+    if rel.picks is None:
+        return False
+    source, picked = rel.picks
+    return source in consolidated and len(set(picked)) == len(picked) == tables[source].num_columns
 
 
 def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -27,6 +27,8 @@ point: ``-0.0``, NaN payloads; nested types) are left to the general path
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,6 +53,104 @@ def _set(tree: np.ndarray, size: int, slot: int, live: bool) -> None:
         pos //= 2
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sweep_key(
+    order: np.ndarray,
+    lo: int,
+    hi: int,
+    t_of: np.ndarray,
+    slot_of: np.ndarray,
+    d_of: np.ndarray,
+    new_of: np.ndarray,
+    start: int,
+    base: int,
+    val: np.ndarray,
+    cnt_all: np.ndarray,
+    cnt_old: np.ndarray,
+    tree_all: np.ndarray,
+    tree_old: np.ndarray,
+    size: int,
+    ev_val: np.ndarray,
+    ev_slot: np.ndarray,
+    ev_d: np.ndarray,
+    out_pos: np.ndarray,
+    out_slot: np.ndarray,
+    out_d: np.ndarray,
+    m: int,
+) -> int:
+    """One key's sweep of ``F(all) − F(old)``, shared by :func:`_sweep` and :func:`_traced_sweep`.
+
+    The key's rows are ``order[lo:hi]`` in time order (``t_of[x]``: the time of row ``x``,
+    ``slot_of[x]``: its value slot, ``d_of``/``new_of``: its diff and whether it is new).
+    Slot ``g`` holds the comparable value ``val[g]``; ``cnt_*`` are indexed by the slot,
+    the trees (cleared by the caller, ``size`` leaves) by ``g - base``.  Only times at or
+    after ``start`` (the key's earliest new update) are compared.  Appends each change
+    as ``(position in order of the time's last row, slot of its value, diff)`` at
+    ``out_*[m:]``; returns the new ``m``."""
+    first = True
+    had_all = had_old = False
+    prev_all = prev_old = 0
+    prev_all_slot = prev_old_slot = 0
+    i = lo
+    while i < hi:
+        t = t_of[order[i]]
+        q = i
+        while q < hi and t_of[order[q]] == t:
+            x = order[q]
+            g = slot_of[x]
+            s = g - base
+            before = cnt_all[g] > 0
+            cnt_all[g] += d_of[x]
+            if (cnt_all[g] > 0) != before:
+                _set(tree_all, size, s, not before)
+            if not new_of[x]:
+                before = cnt_old[g] > 0
+                cnt_old[g] += d_of[x]
+                if (cnt_old[g] > 0) != before:
+                    _set(tree_old, size, s, not before)
+            q += 1
+        i = q
+        if t < start:
+            continue
+        sa, so = tree_all[1], tree_old[1]
+        has_all, has_old = sa != _NONE, so != _NONE
+        ga = base + sa if has_all else 0
+        go = base + so if has_old else 0
+        va = val[ga] if has_all else 0
+        vo = val[go] if has_old else 0
+        ne = 0
+        if first or has_all != had_all or va != prev_all:
+            if has_all:
+                ev_val[ne], ev_slot[ne], ev_d[ne] = va, ga, 1
+                ne += 1
+            if not first and had_all:
+                ev_val[ne], ev_slot[ne], ev_d[ne] = prev_all, prev_all_slot, -1
+                ne += 1
+        if first or has_old != had_old or vo != prev_old:
+            if has_old:
+                ev_val[ne], ev_slot[ne], ev_d[ne] = vo, go, -1
+                ne += 1
+            if not first and had_old:
+                ev_val[ne], ev_slot[ne], ev_d[ne] = prev_old, prev_old_slot, 1
+                ne += 1
+        for a in range(ne):  # consolidate the time's changes by value
+            if ev_d[a] == 0:
+                continue
+            for b in range(a + 1, ne):
+                if ev_d[b] != 0 and ev_val[b] == ev_val[a]:
+                    ev_d[a] += ev_d[b]
+                    ev_d[b] = 0
+            if ev_d[a] != 0:
+                out_pos[m], out_slot[m], out_d[m] = q - 1, ev_slot[a], ev_d[a]
+                m += 1
+        if has_all:
+            prev_all, prev_all_slot = va, ga
+        if has_old:
+            prev_old, prev_old_slot = vo, go
+        had_all, had_old, first = has_all, has_old, False
+    return m
+
+
 @njit(cache=True, nogil=True)
 def _sweep(
     order: np.ndarray,
@@ -70,17 +170,18 @@ def _sweep(
     holding it."""
     n = len(order)
     cap = 4 * n + 4
-    out_row = np.empty(cap, np.int64)
-    out_vrow = np.empty(cap, np.int64)
+    out_pos = np.empty(cap, np.int64)
+    out_slot = np.empty(cap, np.int64)
     out_d = np.empty(cap, np.int64)
     m = 0
     ev_val = np.empty(4, np.int64)
-    ev_row = np.empty(4, np.int64)
+    ev_slot = np.empty(4, np.int64)
     ev_d = np.empty(4, np.int64)
     cnt_all = np.zeros(len(val_of), np.int64)
     cnt_old = np.zeros(len(val_of), np.int64)
     tree_all = np.empty(2, np.int64)
     tree_old = np.empty(2, np.int64)
+    ident = np.arange(n)  # the rows arrive in (kid, trank) order already
     g0 = 0
     while g0 < n:
         k = kid[g0]
@@ -104,65 +205,15 @@ def _sweep(
             tree_old = np.empty(2 * size, np.int64)
         tree_all[: 2 * size] = _NONE
         tree_old[: 2 * size] = _NONE
-        first = True
-        had_all = had_old = False
-        prev_all = prev_old = prev_all_row = prev_old_row = 0
-        i = g0
-        while i < g1:
-            t = trank[i]
-            j = i
-            while j < g1 and trank[j] == t:
-                g = slot[j]
-                s = g - base
-                before = cnt_all[g] > 0
-                cnt_all[g] += d[j]
-                if (cnt_all[g] > 0) != before:
-                    _set(tree_all, size, s, not before)
-                if not new[j]:
-                    before = cnt_old[g] > 0
-                    cnt_old[g] += d[j]
-                    if (cnt_old[g] > 0) != before:
-                        _set(tree_old, size, s, not before)
-                j += 1
-            i = j
-            if t < start:
-                continue
-            sa, so = tree_all[1], tree_old[1]
-            has_all, has_old = sa != _NONE, so != _NONE
-            va = val_of[base + sa] if has_all else 0
-            vo = val_of[base + so] if has_old else 0
-            ne = 0
-            if first or has_all != had_all or va != prev_all:
-                if has_all:
-                    ev_val[ne], ev_row[ne], ev_d[ne] = va, row_of[base + sa], 1
-                    ne += 1
-                if not first and had_all:
-                    ev_val[ne], ev_row[ne], ev_d[ne] = prev_all, prev_all_row, -1
-                    ne += 1
-            if first or has_old != had_old or vo != prev_old:
-                if has_old:
-                    ev_val[ne], ev_row[ne], ev_d[ne] = vo, row_of[base + so], -1
-                    ne += 1
-                if not first and had_old:
-                    ev_val[ne], ev_row[ne], ev_d[ne] = prev_old, prev_old_row, 1
-                    ne += 1
-            for a in range(ne):  # consolidate the time's changes by value
-                if ev_d[a] == 0:
-                    continue
-                for b in range(a + 1, ne):
-                    if ev_d[b] != 0 and ev_val[b] == ev_val[a]:
-                        ev_d[a] += ev_d[b]
-                        ev_d[b] = 0
-                if ev_d[a] != 0:
-                    out_row[m], out_vrow[m], out_d[m] = order[j - 1], ev_row[a], ev_d[a]
-                    m += 1
-            if has_all:
-                prev_all, prev_all_row = va, row_of[base + sa]
-            if has_old:
-                prev_old, prev_old_row = vo, row_of[base + so]
-            had_all, had_old, first = has_all, has_old, False
+        m = _sweep_key(ident, g0, g1, trank, slot, d, new, start, base, val_of, cnt_all, cnt_old, tree_all, tree_old,
+                       size, ev_val, ev_slot, ev_d, out_pos, out_slot, out_d, m)
         g0 = g1
-    return out_row[:m], out_vrow[:m], out_d[:m]
+    out_row = np.empty(m, np.int64)
+    out_vrow = np.empty(m, np.int64)
+    for i in range(m):
+        out_row[i] = order[out_pos[i]]
+        out_vrow[i] = row_of[out_slot[i]]
+    return out_row, out_vrow, out_d[:m]
 
 
 def _comparable(column: pa.ChunkedArray | pa.Array, largest: bool) -> np.ndarray:
@@ -262,6 +313,8 @@ def _traced_sweep(
     out_t = np.empty(cap, np.int64)
     out_v = np.empty(cap, np.int64)
     out_d = np.empty(cap, np.int64)
+    out_pos = np.empty(cap, np.int64)
+    out_slot = np.empty(cap, np.int64)
     m_out = 0
     scratch = 64
     st = np.empty(scratch, np.int64)
@@ -276,6 +329,7 @@ def _traced_sweep(
     tree_all = np.empty(2 * scratch, np.int64)
     tree_old = np.empty(2 * scratch, np.int64)
     ev_val = np.empty(4, np.int64)
+    ev_slot = np.empty(4, np.int64)
     ev_d = np.empty(4, np.int64)
     for j in range(nk):
         m = bound[j + 1] - bound[j]
@@ -347,65 +401,13 @@ def _traced_sweep(
         cnt_all[:u] = 0
         cnt_old[:u] = 0
         _time_order(st, m, order)
-        first = True
-        had_all = had_old = False
-        prev_all = prev_old = 0
-        i = 0
-        while i < m:
-            t = st[order[i]]
-            q = i
-            while q < m and st[order[q]] == t:
-                x = order[q]
-                g = slot[x]
-                before = cnt_all[g] > 0
-                cnt_all[g] += sd[x]
-                if (cnt_all[g] > 0) != before:
-                    _set(tree_all, size, g, not before)
-                if not sn[x]:
-                    before = cnt_old[g] > 0
-                    cnt_old[g] += sd[x]
-                    if (cnt_old[g] > 0) != before:
-                        _set(tree_old, size, g, not before)
-                q += 1
-            i = q
-            if t < start:
-                continue
-            sa, so = tree_all[1], tree_old[1]
-            has_all, has_old = sa != _NONE, so != _NONE
-            va = vals[sa] if has_all else 0
-            vo = vals[so] if has_old else 0
-            ne = 0
-            if first or has_all != had_all or va != prev_all:
-                if has_all:
-                    ev_val[ne], ev_d[ne] = va, 1
-                    ne += 1
-                if not first and had_all:
-                    ev_val[ne], ev_d[ne] = prev_all, -1
-                    ne += 1
-            if first or has_old != had_old or vo != prev_old:
-                if has_old:
-                    ev_val[ne], ev_d[ne] = vo, -1
-                    ne += 1
-                if not first and had_old:
-                    ev_val[ne], ev_d[ne] = prev_old, 1
-                    ne += 1
-            for a in range(ne):  # consolidate the time's changes by value
-                if ev_d[a] == 0:
-                    continue
-                for c in range(a + 1, ne):
-                    if ev_d[c] != 0 and ev_val[c] == ev_val[a]:
-                        ev_d[a] += ev_d[c]
-                        ev_d[c] = 0
-                if ev_d[a] != 0:
-                    out_k[m_out], out_t[m_out] = j, t
-                    out_v[m_out] = ~ev_val[a] if largest else ev_val[a]
-                    out_d[m_out] = ev_d[a]
-                    m_out += 1
-            if has_all:
-                prev_all = va
-            if has_old:
-                prev_old = vo
-            had_all, had_old, first = has_all, has_old, False
+        m0 = m_out
+        m_out = _sweep_key(order, 0, m, st, slot, sd, sn, start, 0, vals, cnt_all, cnt_old, tree_all, tree_old, size,
+                           ev_val, ev_slot, ev_d, out_pos, out_slot, out_d, m_out)
+        for e in range(m0, m_out):
+            out_k[e] = j
+            out_t[e] = st[order[out_pos[e]]]
+            out_v[e] = ~vals[out_slot[e]] if largest else vals[out_slot[e]]
     return out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out]
 
 
@@ -419,7 +421,7 @@ def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
 
 
 def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Table, batches: list,
-                   key: tuple[str, ...]) -> pa.Table | None:
+                   key: tuple[str, ...], sorted_new: Any = None) -> pa.Table | None:
     """:func:`min_max` of ``new`` (this iteration's updates, ``_new`` true) together with the
     trace rows of the keys it touches, the trace given as batches kept sorted by ``key``
     (:class:`~spark_differential.kernels.native.KeySorted`) and read in place: no table of
@@ -427,6 +429,10 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
 
     For one integer data column, one time leaf, integer keys; ``None`` otherwise (the
     caller then reads the trace and calls :func:`min_max`).
+
+    ``sorted_new``: ``new`` as :func:`~spark_differential.kernels.native.key_sorted` gives
+    it (consolidated, sorted by ``key`` and then time; ``new`` is then its table): the rows
+    are not sorted again, and the caller can keep the same batch as the trace's next one.
 
     >>> import pyarrow as pa
     >>> from spark_differential.kernels import native
@@ -459,19 +465,24 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     cols = [_int64(new.column(c)) for c in ("_t0", "_a0", "_d")]
     if any(v is None for v in key_values) or any(v is None for v in cols):
         return None
-    radix = Radix.of(key_values)  # type: ignore[arg-type]
-    if radix is None:
-        return None
-    code, _ = radix.codes(key_values)  # type: ignore[arg-type]
-    order = np.argsort(code, kind="stable")
-    sc = code[order]
+    presorted = isinstance(sorted_new, KeySorted) and sorted_new.key == tuple(key) and sorted_new.table is new
+    if presorted:
+        sc = sorted_new.codes  # already in key order (and time order within a key)
+        order = np.arange(len(sc), dtype=np.int64)
+    else:
+        radix = Radix.of(key_values)  # type: ignore[arg-type]
+        if radix is None:
+            return None
+        code, _ = radix.codes(key_values)  # type: ignore[arg-type]
+        order = np.argsort(code, kind="stable")
+        sc = code[order]
     head = np.ones(len(sc), dtype=bool)
     head[1:] = sc[1:] != sc[:-1]
     firsts = np.nonzero(head)[0]
     nk = len(firsts)
     bound = np.append(firsts, len(sc)).astype(np.int64)
     distinct = [v[order[firsts]] for v in key_values]  # type: ignore[index]
-    new_t, new_v, new_d = (v[order] for v in cols)  # type: ignore[index]
+    new_t, new_v, new_d = (v if presorted else v[order] for v in cols)  # type: ignore[index]
     nb = len(batches)
     starts = np.zeros((nb, nk), dtype=np.int64)
     counts = np.zeros((nb, nk), dtype=np.int64)
