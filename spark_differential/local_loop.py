@@ -74,6 +74,14 @@ HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separat
 CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
 PHASES = "_sd_phases"  # the status row's seconds reading its input and iterating, comma-separated
 PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
+# true on the answer's rows when the answer is small enough to come back to the driver with the
+# job's metrics (and on the status row, whether it was); null otherwise
+LOCAL = "_sd_local"
+# an answer of at most this many rows and Arrow bytes comes back to the driver with the job's
+# observed metrics, and the loop's DataFrame is local rows (a later collect runs no Spark job);
+# a larger one stays where the job left it (a local checkpoint on the executor)
+LOCAL_RESULT_ROWS = 10_000
+LOCAL_RESULT_BYTES = 1 << 20
 SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
@@ -233,6 +241,7 @@ class Program:
     chunking: Chunking | None = None  # chunks planned on the driver: the sources arrive in chunked form
     threads: int = 1  # groups of time chunks run at once, each on a thread of the task
     thread_min_rows: int = 0  # fewer (chunked) input rows than this: one thread (the default's rule)
+    local_rows: int = 0  # an answer of at most this many rows (and LOCAL_RESULT_BYTES) is marked LOCAL
 
 
 # ---------------------------------------------------------------------------------
@@ -574,7 +583,20 @@ def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.
             parts.append(_relation(rel, tables).rename_columns(list(step.columns)))
         elif iteration == 0:
             parts.append(sources[src].select(list(step.columns)))  # type: ignore[index]
+    if len(parts) > 1:
+        parts = [parts[0], *(_zones_like(p, parts[0].schema) for p in parts[1:])]
     return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+
+
+def _zones_like(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its timestamp columns in the time zones of ``schema``'s (a step
+    translated to DuckDB returns them in DuckDB's zone name, ``Etc/UTC``, where the
+    sources say ``UTC``): the same instants, which Arrow's concatenation would refuse
+    to put in one column."""
+    for i, (f, g) in enumerate(zip(table.schema, schema)):
+        if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(g.type) and f.type != g.type:
+            table = table.set_column(i, f.name, table.column(i).cast(g.type))
+    return table
 
 
 def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
@@ -832,7 +854,7 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
             seen.append(b)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None or table.num_rows == 0:
-            yield _status(out_schema, DONE, 0, 0)
+            yield _status(out_schema, DONE, 0, 0, local=program.local_rows > 0)
             return
         tags = table.column(SRC)
         sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
@@ -842,9 +864,11 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
         if history[-1]:
             yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks, phases)
             return
-        for b in _with_status(result, out_schema).to_batches():
+        local = 0 < result.num_rows <= program.local_rows and result.nbytes <= LOCAL_RESULT_BYTES
+        for b in _with_status(result, out_schema, local).to_batches():
             yield b
-        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases)
+        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases,
+                      local=local or (result.num_rows == 0 and program.local_rows > 0))
 
     return run
 
@@ -868,18 +892,20 @@ def _source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
     return pa.Table.from_arrays([table.column(_tag(j, i)) for i in range(len(cols))], names=list(cols))
 
 
-def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
+def _with_status(result: pa.Table, schema: pa.Schema, local: bool = False) -> pa.Table:
     n = result.num_rows
-    arrays = [result.column(f.name) if f.name in result.column_names else pa.nulls(n, f.type) for f in schema]
+    arrays = [result.column(f.name) if f.name in result.column_names
+              else pa.array(np.ones(n, dtype=bool)) if local and f.name == LOCAL
+              else pa.nulls(n, f.type) for f in schema]
     from .kernels.common import conform
 
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
 def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = (),
-            chunks: int = 0, phases: str = "") -> pa.RecordBatch:
+            chunks: int = 0, phases: str = "", local: bool = False) -> pa.RecordBatch:
     values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history)), CHUNKS: chunks,
-              PHASES: phases}
+              PHASES: phases, LOCAL: local}
     arrays = [pa.array([values.get(f.name)], f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -967,6 +993,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
+        program = dataclasses.replace(program, local_rows=LOCAL_RESULT_ROWS)
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
@@ -977,15 +1004,24 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         T.StructField(HISTORY, T.StringType(), True),
         T.StructField(CHUNKS, T.LongType(), True),
         T.StructField(PHASES, T.StringType(), True),
+        T.StructField(LOCAL, T.BooleanType(), True),
     ]
     schema = T.StructType(fields)
+    answer = [*data, *leaves(program.width), DIFF]  # the answer's columns (the first fields)
     out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     obs = Observation()
     # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric)
     metrics_ = {"status": STATUS, "iters": ITERS, "changing": CHANGING, "history": HISTORY, "chunks": CHUNKS,
-                "phases": PHASES}
+                "phases": PHASES, "local": LOCAL}
     fields_ = ", ".join(f"'{name}', max({col})" for name, col in metrics_.items())
-    observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
+    if spread is None:
+        # a small answer comes back with the metrics (its rows marked LOCAL by the task) and is
+        # left out of the checkpoint; the one task's metrics are counted once (a result stage)
+        observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"), F.expr(
+            f"collect_list(IF({LOCAL} AND {STATUS} IS NULL, struct({', '.join(map(quoted, answer))}), NULL)) AS rows"
+        )).where(f"{LOCAL} IS NULL")
+    else:
+        observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -999,7 +1035,11 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         if mine is not None:
             raise mine from e
         raise
-    metrics = obs.get["m"].asDict()
+    if spread is None:
+        jrow = obs._jo.getRow()  # the metrics, on the JVM: the answer's rows need not visit Python
+        metrics = _py_row(spark, jrow.getStruct(0))
+    else:
+        metrics = obs.get["m"].asDict()
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
@@ -1026,12 +1066,27 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
                  float(looping))
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
+    if spread is None:
+        if metrics.get("local"):  # the answer is local rows: nothing to read from the checkpoint
+            from pyspark.sql import DataFrame
+
+            jschema = spark._jsparkSession.parseDataType(T.StructType(fields[: len(answer)]).json())
+            kept = DataFrame(spark._jsparkSession.createDataFrame(jrow.getList(1), jschema), spark)
+        # (the status row was left out of the checkpoint as well)
+    else:
+        kept = kept.where(F.col(STATUS).isNull())
     if sql_type is not None:
-        return kept.where(f"{STATUS} IS NULL").selectExpr(
-            *map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF
-        )
+        return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
-    return kept.where(F.col(STATUS).isNull()).select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+    return kept.select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+
+
+def _py_row(spark: Any, jrow: Any) -> dict[str, Any]:
+    """A JVM ``Row`` (of plain values) as a dict, in one round trip (as ``Observation.get`` reads its row)."""
+    from pyspark.serializers import CPickleSerializer
+
+    utils = getattr(spark._jvm, "org.apache.spark.sql.api.python.PythonSQLUtils")
+    return CPickleSerializer().loads(utils.toPyRow(jrow)).asDict(recursive=False)
 
 
 def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: Any, ctx: Any,
