@@ -232,10 +232,10 @@ def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypa
     """A loop whose answer has at most ``LOCAL_RESULT_ROWS`` rows comes back with its job's
     metrics (its collect runs no Spark job); a larger one stays in the job's checkpoint
     (its collect runs one).  Both against the oracle, over integer and product times."""
-    from test_iterate import LATTICES, LOCAL_ROWS, bfs, batched_graphs, prefixed
-
     from helpers import assert_matches, to_df
     from oracle import Coll, consolidate, ref_bfs
+    from test_iterate import LATTICES, LOCAL_ROWS, batched_graphs, bfs, prefixed
+
     from spark_differential._jobs import count_jobs
 
     lat = LATTICES[name]
@@ -283,7 +283,7 @@ def test_local_answer_keeps_every_value(spark, monkeypatch, caplog) -> None:
     for time_type, times in (("long", [0, 3, 5]), ("timestamp", [ts, ts + dt.timedelta(seconds=1), ts + dt.timedelta(days=2)])):
         roots = spark.createDataFrame([(*r, t, 1) for r, t in zip(data, times)], schema.format(time_type))
 
-        def body(v: Any) -> Any:  # the roots, and each row again with s in upper case: two steps to the fixed point
+        def body(v: Any, roots: Any = roots) -> Any:  # the roots, and each row again with s in upper case
             return v.select(F.upper("s").alias("s"), *v.columns[1:]).dd_concat(roots).dd_distinct()
 
         answers = []
