@@ -601,8 +601,10 @@ def _zones_like(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
     """Time chunks for the loop (as :func:`spark_differential.chunks.plan`, from the rows at hand)."""
+    import pyarrow.compute as pc
+
     from .chunks import layout
-    from .kernels import duck
+    from .kernels import duck, native
 
     if program.chunk_rows == 0 or program.width != 1:
         return None
@@ -614,12 +616,17 @@ def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | No
         if table.num_rows == 0:
             continue
         data = [c for c in cols if c not in (t, DIFF)]
-        group = f"GROUP BY {duck.cols(data)}" if data else ""
-        r = duck.query(
-            f"SELECT count(*) FILTER (WHERE s <> 0) AS live, min(lo) AS lo, max(hi) AS hi FROM "
-            f"(SELECT sum({DIFF}) AS s, min({t}) AS lo, max({t}) AS hi FROM $X {group}) AS g",
-            {"X": table},
-        ).to_pylist()[0]
+        if native.in_arrow(table, data, DIFF):  # no DuckDB query (its fixed cost is most of it on few rows)
+            bounds = pc.min_max(table.column(t))
+            r = {"live": native.consolidated(table.select([*data, DIFF]), data, DIFF).num_rows,
+                 "lo": bounds["min"].as_py(), "hi": bounds["max"].as_py()}
+        else:
+            group = f"GROUP BY {duck.cols(data)}" if data else ""
+            r = duck.query(
+                f"SELECT count(*) FILTER (WHERE s <> 0) AS live, min(lo) AS lo, max(hi) AS hi FROM "
+                f"(SELECT sum({DIFF}) AS s, min({t}) AS lo, max({t}) AS hi FROM $X {group}) AS g",
+                {"X": table},
+            ).to_pylist()[0]
         n += table.num_rows
         live += int(r["live"])
         lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
