@@ -29,6 +29,11 @@ data); here the whole loop is one task of one job:
   each group's loop run on a thread of the task.
 * Each operator's trace is kept in batches consolidated and sorted by the operator's
   key, so an iteration finds the trace rows of the keys it touches by binary search.
+* **The answer** (``(data, time, diff)`` at the outer times): when it has at most
+  :data:`LOCAL_RESULT_ROWS` rows (:data:`LOCAL_RESULT_BYTES`), the task marks them and
+  they come back to the driver with the job's observed metrics (kept on the JVM); the
+  returned DataFrame is then local rows, and a later action on it runs no job for them.
+  A larger answer stays in the job's local checkpoint.
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (default :data:`DEFAULT_ROWS`, :data:`DEFAULT_ROWS_LOCAL` on a local master;
   ``0`` disables the path) stops reading and
