@@ -1180,8 +1180,11 @@ def dd_iterate(
     outer collections together hold at most ``spark_differential.iterate.localRows``
     rows (default 1,000,000, 2,500,000 on a ``local`` master; ``0`` or ``off`` disables it), every iteration runs inside
     one task with the same kernels: one Spark job for the whole loop instead of
-    several per iteration, and identical rows.  Otherwise (a nested ``dd_iterate``,
-    an expression the translator does not cover, larger inputs) the
+    several per iteration, and identical rows.  On a classic session an answer of at
+    most 10,000 rows (1 MiB) comes back to the driver with that job and the returned
+    DataFrame holds it as local rows (a later ``collect`` runs no job; a join with it may
+    broadcast it); a larger one stays in the job's local checkpoint.  Otherwise (a nested
+    ``dd_iterate``, an expression the translator does not cover, larger inputs) the
     loop runs iteration by iteration on the cluster; the reason is logged at INFO.
     On Spark Connect the steps are read from the client's plan, with the types
     checked against the server's schema; fewer kinds of expressions are read there

@@ -31,6 +31,11 @@ data); here the whole loop is one task of one job:
   each group's loop run on a thread of the task.
 * Each operator's trace is kept in batches consolidated and sorted by the operator's
   key, so an iteration finds the trace rows of the keys it touches by binary search.
+* **The answer** (``(data, time, diff)`` at the outer times): when it has at most
+  :data:`LOCAL_RESULT_ROWS` rows (:data:`LOCAL_RESULT_BYTES`), the task marks them and
+  they come back to the driver with the job's observed metrics (kept on the JVM); the
+  returned DataFrame is then local rows, and a later action on it runs no job for them.
+  A larger answer, and every answer on Spark Connect, stays in the job's local checkpoint.
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (default :data:`DEFAULT_ROWS`, :data:`DEFAULT_ROWS_LOCAL` on a local master;
   ``0`` disables the path) stops reading and
@@ -78,6 +83,14 @@ HISTORY = "_sd_history"  # the status row's changes per iteration, comma-separat
 CHUNKS = "_sd_chunks"  # the status row's number of time chunks (0: none)
 PHASES = "_sd_phases"  # the status row's seconds reading its input and iterating, comma-separated
 PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
+# true on the answer's rows when the answer is small enough to come back to the driver with the
+# job's metrics (and on the status row, whether it was); null otherwise
+LOCAL = "_sd_local"
+# an answer of at most this many rows and Arrow bytes comes back to the driver with the job's
+# observed metrics, and the loop's DataFrame is local rows (a later collect runs no Spark job);
+# a larger one stays where the job left it (a local checkpoint on the executor)
+LOCAL_RESULT_ROWS = 10_000
+LOCAL_RESULT_BYTES = 1 << 20
 SPREAD_CONF = "spark_differential.iterate.localSpread"
 DONE, TOO_LARGE, LIMIT = 0, 1, 2
 
@@ -245,6 +258,7 @@ class Program:
     chunking: Chunking | None = None  # chunks planned on the driver: the sources arrive in chunked form
     threads: int = 1  # groups of time chunks run at once, each on a thread of the task
     thread_min_rows: int = 0  # fewer (chunked) input rows than this: one thread (the default's rule)
+    local_rows: int = 0  # an answer of at most this many rows (and LOCAL_RESULT_BYTES) is marked LOCAL
 
 
 # ---------------------------------------------------------------------------------
@@ -621,13 +635,28 @@ def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.
             parts.append(_relation(rel, tables).rename_columns(list(step.columns)))
         elif iteration == 0:
             parts.append(sources[src].select(list(step.columns)))  # type: ignore[index]
+    if len(parts) > 1:
+        parts = [parts[0], *(_zones_like(p, parts[0].schema) for p in parts[1:])]
     return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
+
+
+def _zones_like(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its timestamp columns in the time zones of ``schema``'s (a step
+    translated to DuckDB returns them in DuckDB's zone name, ``Etc/UTC``, where the
+    sources say ``UTC``): the same instants, which Arrow's concatenation would refuse
+    to put in one column."""
+    for i, (f, g) in enumerate(zip(table.schema, schema)):
+        if pa.types.is_timestamp(f.type) and pa.types.is_timestamp(g.type) and f.type != g.type:
+            table = table.set_column(i, f.name, table.column(i).cast(g.type))
+    return table
 
 
 def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
     """Time chunks for the loop (as :func:`spark_differential.chunks.plan`, from the rows at hand)."""
+    import pyarrow.compute as pc
+
     from .chunks import layout
-    from .kernels import duck
+    from .kernels import duck, native
 
     if program.chunk_rows == 0 or program.width != 1:
         return None
@@ -639,12 +668,17 @@ def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | No
         if table.num_rows == 0:
             continue
         data = [c for c in cols if c not in (t, DIFF)]
-        group = f"GROUP BY {duck.cols(data)}" if data else ""
-        r = duck.query(
-            f"SELECT count(*) FILTER (WHERE s <> 0) AS live, min(lo) AS lo, max(hi) AS hi FROM "
-            f"(SELECT sum({DIFF}) AS s, min({t}) AS lo, max({t}) AS hi FROM $X {group}) AS g",
-            {"X": table},
-        ).to_pylist()[0]
+        if native.in_arrow(table, data, DIFF):  # no DuckDB query (its fixed cost is most of it on few rows)
+            bounds = pc.min_max(table.column(t))
+            r = {"live": native.consolidated(table.select([*data, DIFF]), data, DIFF).num_rows,
+                 "lo": bounds["min"].as_py(), "hi": bounds["max"].as_py()}
+        else:
+            group = f"GROUP BY {duck.cols(data)}" if data else ""
+            r = duck.query(
+                f"SELECT count(*) FILTER (WHERE s <> 0) AS live, min(lo) AS lo, max(hi) AS hi FROM "
+                f"(SELECT sum({DIFF}) AS s, min({t}) AS lo, max({t}) AS hi FROM $X {group}) AS g",
+                {"X": table},
+            ).to_pylist()[0]
         n += table.num_rows
         live += int(r["live"])
         lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
@@ -877,10 +911,38 @@ def _whole(rel: Relation, tables: dict[str, pa.Table], consolidated: set[str]) -
     return source in consolidated and len(set(picked)) == len(picked) == tables[source].num_columns
 
 
+_FROZEN_MODULES = 0  # how many modules the Python worker had when it last froze its heap
+
+
+def _freeze_imports() -> None:
+    """Exempt what this Python worker holds now (after the loop's task: chiefly the modules
+    it imported, pyarrow, numpy, numba's, DuckDB's) from the cyclic garbage collector.
+
+    A reused PySpark worker runs ``gc.collect()`` after every task (``pyspark/daemon.py``),
+    and with those modules loaded a collection scans ~10^5 objects: 20-45 ms of CPU per
+    task, during which the worker cannot start the next one (the loop's task itself reads
+    its sources' partitions one after another through such workers).  After a collection
+    that frees what is garbage now, ``gc.freeze()`` moves every surviving object to the
+    permanent generation, which later collections skip; objects are still freed when their
+    last reference goes.  Again only when the worker imported more modules since."""
+    import gc
+    import sys
+
+    global _FROZEN_MODULES
+    if len(sys.modules) > _FROZEN_MODULES:
+        gc.collect()
+        gc.freeze()
+        _FROZEN_MODULES = len(sys.modules)
+
+
 def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: read every source, iterate, yield the result and a status row."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from looped(batches)
+        _freeze_imports()  # the task's tables are gone with looped's frame
+
+    def looped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
         seen: list[pa.RecordBatch] = []
@@ -894,7 +956,7 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
             seen.append(b)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None or table.num_rows == 0:
-            yield _status(out_schema, DONE, 0, 0)
+            yield _status(out_schema, DONE, 0, 0, local=program.local_rows > 0)
             return
         tags = table.column(SRC)
         sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
@@ -904,9 +966,11 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
         if history[-1]:
             yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks, phases)
             return
-        for b in _with_status(result, out_schema).to_batches():
+        local = 0 < result.num_rows <= program.local_rows and result.nbytes <= LOCAL_RESULT_BYTES
+        for b in _with_status(result, out_schema, local).to_batches():
             yield b
-        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases)
+        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases,
+                      local=local or (result.num_rows == 0 and program.local_rows > 0))
 
     return run
 
@@ -930,18 +994,20 @@ def _source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
     return pa.Table.from_arrays([table.column(_tag(j, i)) for i in range(len(cols))], names=list(cols))
 
 
-def _with_status(result: pa.Table, schema: pa.Schema) -> pa.Table:
+def _with_status(result: pa.Table, schema: pa.Schema, local: bool = False) -> pa.Table:
     n = result.num_rows
-    arrays = [result.column(f.name) if f.name in result.column_names else pa.nulls(n, f.type) for f in schema]
+    arrays = [result.column(f.name) if f.name in result.column_names
+              else pa.array(np.ones(n, dtype=bool)) if local and f.name == LOCAL
+              else pa.nulls(n, f.type) for f in schema]
     from .kernels.common import conform
 
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
 def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = (),
-            chunks: int = 0, phases: str = "") -> pa.RecordBatch:
+            chunks: int = 0, phases: str = "", local: bool = False) -> pa.RecordBatch:
     values = {STATUS: status, ITERS: iters, CHANGING: changing, HISTORY: ",".join(map(str, history)), CHUNKS: chunks,
-              PHASES: phases}
+              PHASES: phases, LOCAL: local}
     arrays = [pa.array([values.get(f.name)], f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -1013,6 +1079,10 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
             *([F.col(PART)] if PART in d.columns else []),
         )
 
+    connect = is_connect(spark)
+    if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
+        log.info("dd_iterate: %s=always is not available on Spark Connect", SPREAD_CONF)
+        return None
     union = None
     for j, (src, cols) in enumerate(zip(sources, program.sources)):
         if spread is not None:
@@ -1027,6 +1097,8 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
+        if not connect:  # (on Spark Connect the answer is read from the checkpoint)
+            program = dataclasses.replace(program, local_rows=LOCAL_RESULT_ROWS)
     fields = [
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
@@ -1037,20 +1109,28 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         T.StructField(HISTORY, T.StringType(), True),
         T.StructField(CHUNKS, T.LongType(), True),
         T.StructField(PHASES, T.StringType(), True),
+        T.StructField(LOCAL, T.BooleanType(), True),
     ]
     schema = T.StructType(fields)
+    answer = [*data, *leaves(program.width), DIFF]  # the answer's columns (the first fields)
     out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
     metrics_ = {"status": STATUS, "iters": ITERS, "changing": CHANGING, "history": HISTORY, "chunks": CHUNKS,
-                "phases": PHASES}
-    connect = is_connect(spark)
-    if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
-        log.info("dd_iterate: %s=always is not available on Spark Connect", SPREAD_CONF)
-        return None
+                "phases": PHASES, "local": LOCAL}
     obs = None if connect else Observation()
-    # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric); on
-    # Spark Connect a checkpoint's reply carries no observed metrics: the status row is read back instead
+    # one metric, a struct of each column's maximum (SQL text: one Column, not one per metric)
     fields_ = ", ".join(f"'{name}', max({col})" for name, col in metrics_.items())
-    observed = out if obs is None else out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
+    if obs is None:
+        # Spark Connect: a checkpoint's reply carries no observed metrics; the status row stays
+        # in the checkpoint and is read back (and no answer is marked LOCAL: local_rows is 0)
+        observed = out
+    elif spread is None:
+        # a small answer comes back with the metrics (its rows marked LOCAL by the task) and is
+        # left out of the checkpoint; the one task's metrics are counted once (a result stage)
+        observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"), F.expr(
+            f"collect_list(IF({LOCAL} AND {STATUS} IS NULL, struct({', '.join(map(quoted, answer))}), NULL)) AS rows"
+        )).where(f"{LOCAL} IS NULL")
+    else:
+        observed = out.observe(obs, F.expr(f"named_struct({fields_}) AS m"))
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -1064,12 +1144,17 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         if mine is not None:
             raise mine from e
         raise
-    if obs is not None:
-        metrics = obs.get["m"].asDict()
-    else:  # the task's status row, from the checkpoint (one small job reading it)
+    jrow = None
+    if obs is None:  # the task's status row, from the checkpoint (one small job reading it)
         row = kept.where(F.col(STATUS).isNotNull()).selectExpr(
             *[f"{col} AS {name}" for name, col in metrics_.items()]).collect()
         metrics = row[0].asDict() if row else {}
+        kept = kept.where(F.col(STATUS).isNull())
+    elif spread is None:
+        jrow = obs._jo.getRow()  # the metrics, on the JVM: the answer's rows need not visit Python
+        metrics = _py_row(spark, jrow.getStruct(0))
+    else:
+        metrics = obs.get["m"].asDict()
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
@@ -1096,12 +1181,27 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
                  float(looping))
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
+    if jrow is not None:
+        if metrics.get("local"):  # the answer is local rows: nothing to read from the checkpoint
+            from pyspark.sql import DataFrame
+
+            jschema = spark._jsparkSession.parseDataType(T.StructType(fields[: len(answer)]).json())
+            kept = DataFrame(spark._jsparkSession.createDataFrame(jrow.getList(1), jschema), spark)
+        # (the status row was left out of the checkpoint as well)
+    elif spread is not None:
+        kept = kept.where(F.col(STATUS).isNull())
     if sql_type is not None:
-        return kept.where(f"{STATUS} IS NULL").selectExpr(
-            *map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF
-        )
+        return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
-    return kept.where(F.col(STATUS).isNull()).select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+    return kept.select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+
+
+def _py_row(spark: Any, jrow: Any) -> dict[str, Any]:
+    """A JVM ``Row`` (of plain values) as a dict, in one round trip (as ``Observation.get`` reads its row)."""
+    from pyspark.serializers import CPickleSerializer
+
+    utils = getattr(spark._jvm, "org.apache.spark.sql.api.python.PythonSQLUtils")
+    return CPickleSerializer().loads(utils.toPyRow(jrow)).asDict(recursive=False)
 
 
 def attempt(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], loop_t: Any, ctx: Any,

@@ -225,3 +225,121 @@ def test_local_rows_default_depends_on_where_executors_run() -> None:
 def test_local_rows_default_on_the_test_session(spark: Any) -> None:
     assert spark.conf.get(local_loop.CONF, None) is None  # the tests run with the library's default
     assert local_loop.rows_setting(spark) == local_loop.DEFAULT_ROWS_LOCAL
+
+
+@pytest.mark.parametrize("name", ["int", "product2"])
+def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypatch, caplog, name: str) -> None:
+    """A loop whose answer has at most ``LOCAL_RESULT_ROWS`` rows comes back with its job's
+    metrics (its collect runs no Spark job); a larger one stays in the job's checkpoint
+    (its collect runs one).  Both against the oracle, over integer and product times."""
+    from helpers import assert_matches, to_df
+    from oracle import Coll, consolidate, ref_bfs
+    from test_iterate import LATTICES, LOCAL_ROWS, batched_graphs, bfs, prefixed
+
+    from spark_differential._jobs import count_jobs
+
+    lat = LATTICES[name]
+    edges, roots, per_case = batched_graphs(37, 6, lat)
+    expected = Coll(("case", "node", "dist"), consolidate(
+        [r for c, (e, rr) in enumerate(per_case) for r in prefixed(c, ref_bfs(e, rr, lat))]))
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, "1000000")
+    try:
+        for limit, collect_jobs in ((local_loop.LOCAL_RESULT_ROWS, 0), (len(expected.updates) - 1, 1), (0, 1)):
+            monkeypatch.setattr(local_loop, "LOCAL_RESULT_ROWS", limit)
+            with count_jobs(spark) as call:
+                got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
+            with count_jobs(spark) as action:
+                got.collect()
+            assert (call.jobs, action.jobs) == (1, collect_jobs), (limit, call, action)
+            assert_matches(got, expected)
+            assert got.dd_count("case").count() > 0  # a later query over the answer runs as any other
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+    ran = [r.getMessage() for r in caplog.records if "iterations inside one task" in r.getMessage()]
+    assert len(ran) == 3, ran
+
+
+def test_local_answer_keeps_every_value(spark, monkeypatch, caplog) -> None:
+    """The answer's rows come back through the JVM as ``Row`` objects: strings, nulls, NaN
+    and -0.0, decimals, dates (before 1582 too), timestamps, binary and booleans arrive as
+    the checkpointed answer has them, at integer and timestamp times."""
+    import datetime as dt
+    import decimal
+
+    from pyspark.sql import functions as F
+
+    from spark_differential._jobs import count_jobs
+
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    ts = dt.datetime(2024, 3, 1, 12, 30, 15, 123456)
+    data = [
+        ("a", 1.5, decimal.Decimal("1.25"), dt.date(2024, 1, 31), ts, b"\x00\x01", True),
+        (None, float("nan"), None, dt.date(1500, 3, 1), None, None, None),
+        ("é\u4e2d", -0.0, decimal.Decimal("-99999.99"), None, dt.datetime(1969, 12, 31, 23, 59, 59), b"", False),
+    ]
+    schema = ("s string, x double, d decimal(7,2), day date, at timestamp, b binary, f boolean, "
+              "time {}, diff long")
+    for time_type, times in (("long", [0, 3, 5]), ("timestamp", [ts, ts + dt.timedelta(seconds=1), ts + dt.timedelta(days=2)])):
+        roots = spark.createDataFrame([(*r, t, 1) for r, t in zip(data, times)], schema.format(time_type))
+
+        def body(v: Any, roots: Any = roots) -> Any:  # the roots, and each row again with s in upper case
+            return v.select(F.upper("s").alias("s"), *v.columns[1:]).dd_concat(roots).dd_distinct()
+
+        answers = []
+        for limit in (local_loop.LOCAL_RESULT_ROWS, 0):
+            monkeypatch.setattr(local_loop, "LOCAL_RESULT_ROWS", limit)
+            out = roots.dd_iterate(body)
+            with count_jobs(spark) as action:
+                rows_ = out.collect()
+            assert action.jobs == (0 if limit else 1), action
+            answers.append(sorted(map(repr, rows_)))
+        assert answers[0] == answers[1]
+        assert len(answers[0]) == 5  # 3 roots, 2 of them with a new upper-case s ("a", "é中")
+        assert "nan" in " ".join(answers[0]) and "-0.0" in " ".join(answers[0])
+    ran = [r.getMessage() for r in caplog.records if "iterations inside one task" in r.getMessage()]
+    assert len(ran) == 4, ran
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
+    """The in-task chunk plan reads each source's live rows and time bounds in Arrow where it
+    can: the same chunks as the DuckDB query (kept for other columns), on random sources
+    with null and string data."""
+    from types import SimpleNamespace
+
+    t = local_loop.leaves(1)[0]
+    sources, names_ = [], []
+    for j in range(data.draw(st.integers(1, 3))):
+        n = data.draw(st.integers(0, 40))
+        draw = lambda s, n=n: data.draw(st.lists(s, min_size=n, max_size=n))  # noqa: E731
+        kind = data.draw(st.sampled_from(["int", "nulls", "string", "none"]))
+        cols: dict[str, Any] = {}
+        if kind == "int":
+            cols[f"x{j}"] = pa.array(draw(st.integers(0, 4)), pa.int64())
+        elif kind == "nulls":
+            cols[f"x{j}"] = pa.array(draw(st.one_of(st.none(), st.integers(0, 2))), pa.int64())
+        elif kind == "string":
+            cols[f"x{j}"] = pa.array(draw(st.sampled_from(["a", "b", None])), pa.string())
+        cols[t] = pa.array(draw(st.integers(-5, 30)), pa.int64())
+        cols[local_loop.DIFF] = pa.array(draw(st.sampled_from([-1, 1, 2])), pa.int64())
+        sources.append(pa.table(cols))
+        names_.append(tuple(cols))
+    from spark_differential import chunks
+
+    program = SimpleNamespace(chunk_rows=data.draw(st.integers(1, 8)), width=1, sources=tuple(names_))
+    seen: list[tuple] = []  # what the plan is made from: (updates, live rows, lowest and highest time, setting)
+
+    def layout(*args: Any) -> Any:
+        seen.append(args)
+        return chunks_layout(*args)
+
+    chunks_layout = chunks.layout
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(chunks, "layout", layout)
+        fast = local_loop._plan_chunks(program, sources)  # type: ignore[arg-type]
+        m.setattr(native, "in_arrow", lambda *args, **kw: False)
+        slow = local_loop._plan_chunks(program, sources)  # type: ignore[arg-type]
+    assert fast == slow
+    assert len(seen) == 2 and seen[0] == seen[1], seen

@@ -60,6 +60,14 @@ def _arrow_can_sum(table: pa.Table, diff: str) -> bool:
     return largest * table.num_rows < _SAFE_SUM
 
 
+def in_arrow(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> bool:
+    """Whether :func:`consolidated` groups ``table`` by ``cols`` in Arrow (else in DuckDB):
+    at most :data:`ARROW_GROUP_ROWS` rows, groupable columns, sums that cannot overflow."""
+    fields = table.schema
+    return (table.num_rows <= ARROW_GROUP_ROWS and all(_groupable(fields.field(c).type) for c in cols)
+            and _arrow_can_sum(table, diff))
+
+
 def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.Table:
     """``table``'s rows summed by ``cols``: columns ``cols`` then ``diff`` (int64), no zero sums.
 
@@ -71,9 +79,7 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.T
     cols = list(cols)
     if table.num_rows == 0:
         return table.select([*cols, diff])
-    fields = table.schema
-    small = table.num_rows <= ARROW_GROUP_ROWS
-    if small and all(_groupable(fields.field(c).type) for c in cols) and _arrow_can_sum(table, diff):
+    if in_arrow(table, cols, diff):
         d = table.column(diff).cast(pa.int64())
         if not cols:
             total = pc.sum(d).as_py() or 0

@@ -453,11 +453,34 @@ def _row_at(p: ThresholdParams, data: Sequence[Any], tleaves: Sequence[int]) -> 
     return f" (row {row} at time {p.ttype.decode_value(tuple(int(x) for x in tleaves))!r})"
 
 
+def _running(Y: pa.Table, a: Sequence[str], t: Sequence[str]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """``sql/running.sql``: per data row ``a`` (the whole row is the key), its updates summed
+    by time ``t`` (zero sums dropped), and the multiplicity after (``_c``) and just before
+    (``_p``) each: ``(rows with columns a and t, _c, _p)``.
+
+    Where the data and time columns are integers (or booleans) without nulls that pack
+    into one int64 (:func:`native.key_sorted`), by one sort and a cumulative sum, without
+    a DuckDB query (whose fixed cost, a few milliseconds, is most of the work on a loop's
+    small updates); otherwise the SQL.  The same rows either way, in another order."""
+    a, t = list(a), list(t)
+    ks = native.key_sorted(Y.select([*a, *t, "_d"]), a, then=t) if Y.num_rows else None
+    if ks is not None:  # sorted by (a, t), each (a, t) once
+        d = ks.table.column("_d").to_numpy()
+        c = np.cumsum(d)
+        n = len(d)
+        first = np.ones(n, dtype=bool)
+        first[1:] = ks.codes[1:] != ks.codes[:-1]
+        starts = np.nonzero(first)[0]
+        before = (c - d)[starts]  # the running sum before each data row's first update
+        c -= np.repeat(before, np.diff(np.append(starts, n)))
+        return ks.table.select([*a, *t]), c, c - d
+    r = duck.run("running", {"X": Y}, d_cols=csv(a) if a else "0 AS _nodata", t=csv(t), d_window=window(a))
+    return r.select([*a, *t]), r.column("_c").to_numpy(), r.column("_p").to_numpy()
+
+
 def _threshold_total_diffs(p: ThresholdParams, Y: pa.Table) -> pa.Table:
     a, t = names("_a", p.ndata), times(p.ttype.width)
-    r = duck.run("running", {"X": Y}, d_cols=csv(a) if a else "0 AS _nodata", t=csv(t), d_window=window(a))
-    c = r.column("_c").to_numpy()
-    prev = r.column("_p").to_numpy()
+    r, c, prev = _running(Y, a, t)
 
     def where(i: int) -> str:
         return _row_at(p, [r.column(x)[i].as_py() for x in a], [r.column(x)[i].as_py() for x in t])
