@@ -178,6 +178,8 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
     guard_diff = schema[DIFF].nullable
     if not guard_time and not guard_diff:
         return df
+    if integral_sql(cs.ttype) is not None:  # SQL text: one selectExpr, not a few py4j round trips per Column
+        return df.selectExpr(*[guarded_sql(schema, name, op) for name in df.columns])
     cols: list[Column] = []
     for name in df.columns:
         c = F.col(quoted(name))
@@ -187,6 +189,27 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
             c = null_guard(c, [c], "diff", op).alias(DIFF)
         cols.append(c)
     return df.select(*cols)
+
+
+def integral_sql(ttype: Any) -> str | None:
+    """The Spark SQL type of an integral total time (its own encoding), or ``None`` (a
+    time whose encoding is built from Columns: struct, date, timestamp, alt/neu, loop)."""
+    from .lattice import _INTEGRAL_KINDS, Total
+
+    if not isinstance(ttype, Total) or ttype.kind not in _INTEGRAL_KINDS:
+        return None
+    return {"long": "BIGINT", "int": "INT", "short": "SMALLINT", "byte": "TINYINT"}[ttype.kind]
+
+
+def guarded_sql(schema: T.StructType, name: str, op: str, cast: str | None = None) -> str:
+    """The column ``name`` of a collection with an integral time as a SQL select item,
+    :func:`null_guard_sql`-checked when it is a nullable ``time`` or ``diff`` (and cast
+    to the SQL type ``cast``, if given)."""
+    q = quoted(name)
+    e = null_guard_sql(q, [q], name, op) if name in (TIME, DIFF) and schema[name].nullable else q
+    if cast is not None:
+        e = f"CAST({e} AS {cast})"
+    return q if e == q else f"{e} AS {q}"
 
 
 def quoted(name: str) -> str:
@@ -345,12 +368,9 @@ def consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
 
         if recording():
             return df.select(*qcols(data), TIME, DIFF)
-    return (
-        df.groupBy(*qcols(data), TIME)
-        .agg(F.sum(DIFF).cast("long").alias(DIFF))
-        .where(F.col(DIFF) != 0)
-        .select(*qcols(data), TIME, DIFF)
-    )
+    # (data, time, diff) in that order from the grouping itself; SQL text where a Column costs round trips
+    return df.groupBy(*qcols(data), TIME).agg(F.expr(f"CAST(sum({quoted(DIFF)}) AS BIGINT) AS {quoted(DIFF)}")).where(
+        f"{quoted(DIFF)} != 0")
 
 
 def from_snapshots(df: DataFrame, version: str = "version") -> DataFrame:

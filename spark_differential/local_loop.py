@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema, qcols
+from .collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
 from .lattice import Total
 from .session import is_connect
 from .translate import NoArrow, Relation, Translator, Untranslatable, evaluate, leaves, placeholder
@@ -975,16 +975,6 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
     return run
 
 
-def _integral_sql(ttype: Any) -> str | None:
-    """The Spark SQL type of an integral total time (encoded as itself, cast to ``BIGINT``),
-    or ``None``: the time's encoding is built from Columns."""
-    from .lattice import _INTEGRAL_KINDS
-
-    if not isinstance(ttype, Total) or ttype.kind not in _INTEGRAL_KINDS:
-        return None
-    return {"long": "BIGINT", "int": "INT", "short": "SMALLINT", "byte": "TINYINT"}[ttype.kind]
-
-
 def _tag(j: int, i: int) -> str:
     """The name of column ``i`` of source ``j`` in the one table a loop's task reads."""
     return f"_sd{j}_{i}"
@@ -1055,7 +1045,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     ttype = cs.ttype
     data = list(cs.data_cols)
 
-    sql_type = _integral_sql(ttype)
+    sql_type = integral_sql(ttype)
 
     def tagged(d: Any, j: int, cols: Sequence[str]) -> Any:
         # the null check of every collection entering the loop (as iterate.py's on the distributed path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, checked, consolidate_spark, inspect, qcols
+from ..collection import DIFF, TIME, checked, consolidate_spark, guarded_sql, inspect, integral_sql, qcols, quoted
 from ..errors import SchemaMismatchError
 from ..scope import unify
 
@@ -85,6 +85,15 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
             return out
         return consolidate_spark(out, first.data_cols) if consolidate else out
     out = None
+    if integral_sql(target) is not None and all(cs.ttype == target for cs in schemas):
+        # SQL text: each input checked and projected by one selectExpr (Columns cost py4j round trips each)
+        for d in dfs:
+            schema = d.schema
+            part = d.selectExpr(*[quoted(c) for c in first.data_cols], guarded_sql(schema, TIME, op),
+                                guarded_sql(schema, DIFF, op, cast="BIGINT"))
+            out = part if out is None else out.unionByName(part)
+        assert out is not None
+        return consolidate_spark(out, first.data_cols) if consolidate else out
     for d, cs, e in zip(dfs, schemas, entries):
         d = checked(d, cs, op)
         part = d.select(*qcols(first.data_cols), e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
