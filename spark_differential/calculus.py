@@ -40,12 +40,18 @@ from .collection import (
     TIME,
     CollectionSchema,
     UpsertLog,
+    _nullable,
     as_columns,
     checked,
     from_upserts,
+    guard_expr,
+    guarded_sql,
     inspect,
+    integral_sql,
+    null_guard_sql,
     qcol,
     qcols,
+    quoted,
     require_columns,
     upsert_log,
 )
@@ -86,6 +92,14 @@ def differentiate(df: DataFrame) -> DataFrame:
     if isinstance(cs.ttype, Loop):
         raise TimeTypeError(f"{op}: differentiate inside a dd_iterate body is not supported; differentiate outside the loop")
     data = list(cs.data_cols)
+    if integral_sql(cs.ttype) is not None:  # SQL text: Columns cost py4j round trips each
+        schema = df.schema
+        t, d = guard_expr(schema, TIME, op), f"CAST({guard_expr(schema, DIFF, op)} AS BIGINT)"
+        alt = df.selectExpr(*map(quoted, data), f"named_struct('{ALTNEU_TIME}', {t}, '{ALTNEU_NEU}', false) AS {quoted(TIME)}",
+                            f"{d} AS {quoted(DIFF)}")
+        neu = df.selectExpr(*map(quoted, data), f"named_struct('{ALTNEU_TIME}', {t}, '{ALTNEU_NEU}', true) AS {quoted(TIME)}",
+                            f"(-{d}) AS {quoted(DIFF)}")
+        return alt.unionByName(neu)
     df = checked(df, cs, op)
     alt = df.select(*qcols(data), _altneu(None, False).alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
     neu = df.select(*qcols(data), _altneu(None, True).alias(TIME), (-F.col(DIFF).cast("long")).alias(DIFF))
@@ -113,6 +127,15 @@ def integrate(df: DataFrame) -> DataFrame:
             f"{op}: the input's time type is {cs.ttype.describe()}, not a differentiated (alt/neu) time; "
             "integrate undoes differentiate()"
         )
+    if integral_sql(cs.ttype.inner) is not None:  # SQL text: Columns cost py4j round trips each
+        schema = df.schema
+        q = quoted(TIME)
+        t = q
+        if _nullable(schema[TIME].dataType, schema[TIME].nullable):
+            t = null_guard_sql(q, [f"{q}.{quoted(ALTNEU_TIME)}", f"{q}.{quoted(ALTNEU_NEU)}"], "time", op)
+        kept = df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {q}", guarded_sql(schema, DIFF, op))
+        return kept.where(f"NOT {q}.{quoted(ALTNEU_NEU)}").selectExpr(
+            *map(quoted, cs.data_cols), f"{q}.{quoted(ALTNEU_TIME)} AS {q}", quoted(DIFF))
     t = F.col(TIME)
     df = checked(df, cs, op)
     return df.where(~t.getField(ALTNEU_NEU)).select(*qcols(cs.data_cols), t.getField(ALTNEU_TIME).alias(TIME), DIFF)

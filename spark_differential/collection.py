@@ -201,12 +201,19 @@ def integral_sql(ttype: Any) -> str | None:
     return {"long": "BIGINT", "int": "INT", "short": "SMALLINT", "byte": "TINYINT"}[ttype.kind]
 
 
+def guard_expr(schema: T.StructType, name: str, op: str) -> str:
+    """The column ``name`` (of a collection with an integral time) as a SQL expression,
+    :func:`null_guard_sql`-checked when it is a nullable ``time`` or ``diff``."""
+    q = quoted(name)
+    return null_guard_sql(q, [q], name, op) if name in (TIME, DIFF) and schema[name].nullable else q
+
+
 def guarded_sql(schema: T.StructType, name: str, op: str, cast: str | None = None) -> str:
     """The column ``name`` of a collection with an integral time as a SQL select item,
     :func:`null_guard_sql`-checked when it is a nullable ``time`` or ``diff`` (and cast
     to the SQL type ``cast``, if given)."""
     q = quoted(name)
-    e = null_guard_sql(q, [q], name, op) if name in (TIME, DIFF) and schema[name].nullable else q
+    e = guard_expr(schema, name, op)
     if cast is not None:
         e = f"CAST({e} AS {cast})"
     return q if e == q else f"{e} AS {q}"
