@@ -117,6 +117,7 @@ from .errors import (
 from .execution import buckets, shuffle_partitions
 from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
 from .traces import KIND, Operator
+from .view_loop import LOOP
 
 FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
 READS = (2, 3)
@@ -820,7 +821,8 @@ class IncrementalView:
             self.spark, ttype, bucketing[0], bucketing[1],
             expected=operators,
             traces=old_traces, write=lambda sub, parts: self._write_tagged(f"{directory}/{sub}", parts),
-            read=self._read, where=self.path,
+            read=self._read, where=self.path, frontier=new_front,
+            write_wide=lambda sub, wide: self._write_wide(f"{directory}/{sub}", wide),
         )
         with recording() as history_ops, _traces.running(run):
             result = self.query(**changes)
@@ -850,6 +852,9 @@ class IncrementalView:
             for side, schema in enumerate(operator.inputs):
                 t = _traces.tag(slot, side)
                 old = old_traces.get(t, [])
+                if operator.side(side) == LOOP:  # a loop's traces: rewritten whole by its task (view_loop)
+                    traces[t] = run.replaced.get(t, old)
+                    continue
                 adv = _traces.advanced_totals if operator.side(side) == _traces.TOTALS else _traces.advanced
                 traces[t], merged = self._roll_trace(
                     old, run.added.get(t), directory, t, schema,

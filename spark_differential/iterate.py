@@ -1224,6 +1224,11 @@ def dd_iterate(
         raise ValueError(f"{op}: max_iterations must be a positive int or None, got {max_iterations!r}")
     cs = inspect(df, op=op)
     if not isinstance(cs.ttype, Loop):
+        from .traces import current
+
+        view = current()  # in an incremental view's update: kept by per-iteration traces
+        if view is not None:
+            return view.loop(df, cs, body, max_iterations)
         return _run_loop(df, cs, body, max_iterations, None, progress)
     # a loop inside another loop's body: recompute from the accumulated input each outer iteration
     ctx = _current(cs.ttype.loop_id, op)

@@ -552,7 +552,7 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
     trace, the old updates of every later iteration.  ``consolidated`` (when given) gets
     the step's name when its output is known consolidated (a traced ``dd_min``/``dd_max``:
     one row per key, time and value, none with a zero diff)."""
-    from .kernels.common import D, conform, times
+    from .kernels.common import conform
 
     news: list[pa.Table | None] = []
     olds: list[_Trace | None] = []
@@ -593,6 +593,13 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
             trace.add_batch(batch)
         elif new is not None and (inp.relation is None or inp.keep):
             trace.add(new)
+    return user_named(step, out)
+
+
+def user_named(step: Stateful, out: pa.Table) -> pa.Table:
+    """A step's kernel output (internal names) as the body sees it: user names, time leaves, diff."""
+    from .kernels.common import D, times
+
     t = times(step.width)
     labels = {internal: user for internal, user in step.out_columns}
     labels.update(dict(zip(t, leaves(step.width))))
@@ -1037,7 +1044,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from .collection import null_guard, null_guard_sql, qcol, quoted
+    from .collection import quoted
     from .errors import IterationLimitExceeded, from_job_failure
     from .execution import arrow_schema
 
@@ -1047,28 +1054,6 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
 
     sql_type = integral_sql(ttype)
 
-    def tagged(d: Any, j: int, cols: Sequence[str]) -> Any:
-        # the null check of every collection entering the loop (as iterate.py's on the distributed path)
-        if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
-            leaf = f"CAST({quoted(TIME)} AS BIGINT)"
-            return d.selectExpr(
-                f"{j} AS {SRC}",
-                *[f"{quoted(c)} AS {_tag(j, i)}" for i, c in enumerate(cols)],
-                f"{null_guard_sql(leaf, [leaf], 'time', 'dd_iterate')} AS {_tag(j, len(cols))}",
-                f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', 'dd_iterate')} "
-                f"AS {_tag(j, len(cols) + 1)}",
-                *([quoted(PART)] if spread is not None and PART in d.columns else []),
-            )
-        enc = [null_guard(leaf, [leaf], "time", "dd_iterate") for leaf in ttype.encode_column(F.col(TIME))]
-        # positional names (_sd<source>_<i>, as _source_table reads them): user names may hold dots or backticks
-        return d.select(
-            F.lit(j).alias(SRC),
-            *[qcol(c).alias(_tag(j, i)) for i, c in enumerate(cols)],
-            *[leaf.alias(_tag(j, len(cols) + i)) for i, leaf in enumerate(enc)],
-            null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", "dd_iterate").alias(_tag(j, len(cols) + len(enc))),
-            *([F.col(PART)] if PART in d.columns else []),
-        )
-
     connect = is_connect(spark)
     if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
         log.info("dd_iterate: %s=always is not available on Spark Connect", SPREAD_CONF)
@@ -1077,7 +1062,8 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     for j, (src, cols) in enumerate(zip(sources, program.sources)):
         if spread is not None:
             src = spread.chunked(src).withColumn(PART, spread.of(F.col(TIME)))
-        part = tagged(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))])
+        part = tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))], ttype,
+                          part=spread is not None and PART in src.columns)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
     if spread is not None:
@@ -1184,6 +1170,36 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
     return kept.select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+
+
+def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = False) -> Any:
+    """Source ``j`` of a loop's task as rows of the one table the task reads: ``SRC = j``, its
+    columns ``cols`` and the time's leaves and diff under positional names (:func:`_tag`: user
+    names may hold dots or backticks), with the null checks of every collection entering a loop
+    (as iterate.py's on the distributed path); ``part``: keep the column ``PART`` too."""
+    from pyspark.sql import functions as F
+
+    from .collection import null_guard, null_guard_sql, qcol, quoted
+
+    sql_type = integral_sql(ttype)
+    if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
+        leaf = f"CAST({quoted(TIME)} AS BIGINT)"
+        return d.selectExpr(
+            f"{j} AS {SRC}",
+            *[f"{quoted(c)} AS {_tag(j, i)}" for i, c in enumerate(cols)],
+            f"{null_guard_sql(leaf, [leaf], 'time', 'dd_iterate')} AS {_tag(j, len(cols))}",
+            f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', 'dd_iterate')} "
+            f"AS {_tag(j, len(cols) + 1)}",
+            *([quoted(PART)] if part else []),
+        )
+    enc = [null_guard(leaf, [leaf], "time", "dd_iterate") for leaf in ttype.encode_column(F.col(TIME))]
+    return d.select(
+        F.lit(j).alias(SRC),
+        *[qcol(c).alias(_tag(j, i)) for i, c in enumerate(cols)],
+        *[leaf.alias(_tag(j, len(cols) + i)) for i, leaf in enumerate(enc)],
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", "dd_iterate").alias(_tag(j, len(cols) + len(enc))),
+        *([F.col(PART)] if part else []),
+    )
 
 
 def _py_row(spark: Any, jrow: Any) -> dict[str, Any]:

@@ -167,14 +167,30 @@ class Run:
     # collections stored by the version's last write (tag, rows, schema): the newest files of totals traces
     stored: list[tuple[str, DataFrame, T.StructType]] = field(default_factory=list)
     kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
+    frontier: Sequence[Leaves] = ()  # the update's new frontier (a loop's task advances its traces to it)
+    # write_wide(subdirectory, rows tagged by KIND) -> the files written, by tag (a loop's one write)
+    write_wide: Callable[[str, DataFrame], dict[str, str]] | None = None
+    # the traces of loops (spark_differential.view_loop) rewritten whole by this update: tag -> files
+    replaced: dict[str, list[str]] = field(default_factory=dict)
+    loop_recording: int = 0  # > 0 while a dd_iterate body is recorded (its operators go to the recorder)
 
     def takes(self, entries: Sequence[Entry]) -> bool:
         """Whether this run handles an operator with these inputs (not one inside a ``dd_iterate`` body)."""
         if any(e.in_loop for e in entries):
+            if self.loop_recording:  # recorded into the loop's program (spark_differential.view_loop)
+                return False
             if "dd_iterate" not in self.blockers:
                 self.blockers.append("dd_iterate")
             return False
         return True
+
+    def loop(self, df: DataFrame, cs: Any, body: Callable[[DataFrame], DataFrame],
+             max_iterations: int | None) -> DataFrame:
+        """A top-level ``dd_iterate`` of the query: kept by per-iteration traces, run inside one
+        task (:mod:`spark_differential.view_loop`)."""
+        from .view_loop import loop_in_view
+
+        return loop_in_view(self, df, cs, body, max_iterations)
 
     def stateful(
         self,

@@ -1,0 +1,381 @@
+"""A ``dd_iterate`` inside an incremental view (stage 2 of :mod:`spark_differential.incremental`).
+
+On ``(data, time, diff)``.  Stage 2 calls a view's query on the *changes* of its
+inputs; a ``dd_iterate`` in it receives the changes of its roots and of the outer
+collections its body reads, and must return the change of its fixed point.  The loop
+is recorded as for the in-task path (:mod:`spark_differential.local_loop`: the body's
+``dd_*`` steps and the linear steps between them, translated) and run inside one
+Spark task against a stored state, the loop's **per-iteration traces**:
+
+* for every stateful step of the body and every input of it, ``B_i``: the updates
+  that input received at iteration ``i`` of the loop (kernel columns, the iteration as
+  ``_sd_it``), advanced to the view's frontier with ``advance(t, F)`` and consolidated
+  per iteration (seed 004).  ``O_i = B_0 + ... + B_i`` is the input's accumulated
+  value at iteration ``i``: everything the loop has computed, as of the frontier.
+
+Write ``v_i`` for the loop variable at iteration ``i`` (``v_0`` the roots, ``v_{i+1} =
+body(v_i)``) and ``Δv_i`` for its new value minus its old one.  A stateful step whose
+input was ``O_i`` and changes by ``D_i`` (its input relation over ``Δv_i``, or the change
+of an outer collection, which is part of the step's input at every iteration) changes
+its output by ``F(O_i + D_i) - F(O_i)``: its kernel over ``D_i`` as new updates and the
+rows of ``O_i`` of the keys they touch as old ones, as every stateful operator of a view
+does with its trace (:mod:`spark_differential.traces`).  The linear steps are linear,
+so the body's output relation over these changes is ``Δv_{i+1}``.  Past the last
+iteration ``M`` of the stored state ``O_i`` stays ``O_M`` (the old loop had reached its
+fixed point); once ``i + 1 >= M`` and ``Δv_{i+1} = Δv_i``, every later iteration sees the
+same inputs and gives the same change, so ``Δv_∞ = Δv_i``: the change of the loop's
+fixed point, which the loop returns.  The new state is ``B'_i = B_i + D_i - D_{i-1}``
+(so that ``O'_i = O_i + D_i``), advanced to the new frontier and consolidated.
+
+Why that is exact at every time of interest: after ``advance`` each ``O_i`` accumulates
+to the true old input of iteration ``i`` at every time in the future of the frontier
+(seed 004); the changes are all in its future; so every ``Δv_i`` accumulates to the true
+change there and to nothing elsewhere, as for any stage-2 operator.
+
+The work of an update follows the changes: each iteration's kernels see the
+accumulated changes ``D_i`` and the stored rows of the keys they touch (found by
+binary search in ``O_i``, kept sorted by key).  The whole state is read by, and
+rewritten from, the one task, so it must fit one Python worker, as an in-task loop
+does; it holds about the loop's live size (its updates per iteration, advanced), not
+its history.  A body the in-task path cannot run (an expression the translator does
+not cover, a nested ``dd_iterate``) keeps the view in stage 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ._lazy import lazy
+from .collection import DIFF, TIME, CollectionSchema, integral_sql, quoted
+from .lattice import Leaves, TimeType
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+
+IT = "_sd_it"  # the iteration a stored trace row entered its step at
+LOOP = "loop"  # what a loop's traces hold (traces.Operator.sides): per-iteration updates, rewritten whole
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One stored trace of a loop: input ``input`` of ``program.steps[step]``; its columns
+    (kernel names, time leaves, ``_d``, :data:`IT`)."""
+
+    step: int
+    input: int
+    schema: Any  # pa.Schema
+
+
+def specs(program: Any) -> list[Spec]:
+    """The stored traces of a recorded loop, in order: every input of every stateful step."""
+    from .kernels.common import NEW
+    from .local_loop import Stateful
+
+    out = []
+    for s, step in enumerate(program.steps):
+        if isinstance(step, Stateful):
+            for k, inp in enumerate(step.inputs):
+                fields = [f for f in inp.schema if f.name != NEW]
+                out.append(Spec(s, k, pa.schema([*fields, pa.field(IT, pa.int64(), False)])))
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# the task (plain functions over Arrow tables)
+
+
+def _negated(table: pa.Table, diff: str) -> pa.Table:
+    import pyarrow.compute as pc
+
+    i = table.schema.get_field_index(diff)
+    return table.set_column(i, diff, pc.negate(table.column(i)))
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    """Whether two consolidated collections (same columns) hold the same updates."""
+    if a.num_rows != b.num_rows:
+        return False
+    if a.num_rows == 0:
+        return True
+    order = [(c, "ascending") for c in a.column_names]
+    return a.sort_by(order).equals(b.sort_by(order))
+
+
+def _by_iteration(table: pa.Table) -> dict[int, pa.Table]:
+    """A stored trace's rows by iteration (without the :data:`IT` column)."""
+    if table.num_rows == 0:
+        return {}
+    its = table.column(IT).to_numpy(zero_copy_only=False)
+    rest = table.drop_columns([IT])
+    return {int(i): rest.filter(pa.array(its == i)) for i in np.unique(its)}
+
+
+def _advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf_cols: Sequence[str],
+              diff: str) -> pa.Table:
+    """``table``'s time leaves advanced to ``frontier`` and its rows consolidated (seed 004)."""
+    from .local_loop import _consolidate
+
+    if table.num_rows == 0:
+        return table
+    if frontier:
+        t = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in leaf_cols])
+        adv = ttype.np_advance(t, frontier)
+        for j, c in enumerate(leaf_cols):
+            table = table.set_column(table.schema.get_field_index(c), c, pa.array(adv[:, j]))
+    return _consolidate(table, [c for c in table.column_names if c != diff], diff=diff)
+
+
+def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Table], ttype: TimeType,
+                frontier: Sequence[Leaves]) -> tuple[pa.Table, list[pa.Table]]:
+    """One update of a loop kept in a view (the module docstring): ``sources`` are the changes of
+    the roots (first) and of the outer collections, ``state`` the stored traces (one table per
+    :func:`specs` entry).  Returns the change of the loop's fixed point (``program.roots``'
+    columns, consolidated) and the new state, advanced to ``frontier`` and consolidated."""
+    from .errors import IterationLimitExceeded
+    from .kernels.common import NEW, D, conform, times
+    from .local_loop import (
+        Stateful,
+        _concat,
+        _consolidate,
+        _kernel_input,
+        _relation,
+        _run_concat,
+        _Trace,
+        _unconsolidated,
+        leaves,
+        user_named,
+    )
+
+    steps = [_unconsolidated(s) for s in program.steps]
+    spec_list = specs(program)
+    width = program.width
+    cols = [*program.data, *leaves(width), DIFF]
+    stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
+    last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
+    traces: dict[tuple[int, int], _Trace] = {}
+    outer: dict[tuple[int, int], pa.Table] = {}  # an outer collection's change, entering at every iteration
+    for s, step in enumerate(steps):
+        if isinstance(step, Stateful):
+            for k, inp in enumerate(step.inputs):
+                traces[(s, k)] = _Trace(inp.schema, step.key_cols)
+                if inp.relation is None:
+                    outer[(s, k)] = _kernel_input(sources[inp.source], inp, True, width)  # type: ignore[index]
+    pieces: dict[tuple[int, int], list[pa.Table]] = {key: [] for key in traces}  # the new state's rows
+    before: dict[tuple[int, int], pa.Table | None] = dict.fromkeys(traces)  # D_{i-1}
+
+    def piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
+        rows = table.drop_columns([NEW]) if NEW in table.column_names else table
+        rows = _negated(rows, D) if negate else rows
+        return rows.append_column(IT, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
+
+    dv = conform(_consolidate(conform(sources[0], program.roots), cols[:-1]), program.roots)
+    i = 0
+    while True:
+        for key, trace in traces.items():
+            old = stored[key].get(i)
+            if old is not None:
+                pieces[key].append(piece(old, i))
+                inp = steps[key[0]].inputs[key[1]]  # type: ignore[union-attr]
+                trace.add(conform(old.append_column(NEW, pa.array(np.zeros(old.num_rows, dtype=bool))), inp.schema))
+        tables = {"v": dv}
+        for s, step in enumerate(steps):
+            if not isinstance(step, Stateful):
+                tables[step.name] = _run_concat(step, tables, sources, 0)  # outer parts: at every iteration
+                continue
+            news = []
+            for k, inp in enumerate(step.inputs):
+                if inp.relation is None:
+                    new = outer[(s, k)]
+                else:
+                    new = _kernel_input(_relation(inp.relation, tables), inp, True, width)
+                news.append(new)
+                if new.num_rows:
+                    pieces[(s, k)].append(piece(new, i))
+                prev = before[(s, k)]
+                if prev is not None and prev.num_rows:
+                    pieces[(s, k)].append(piece(prev, i, negate=True))
+                before[(s, k)] = new
+            present = [n for n in news if n.num_rows]
+            if not present:
+                out = step.out_schema.empty_table()
+            else:
+                sides = [_concat([traces[(s, k)].touching(present), new], inp.schema)
+                         for k, (inp, new) in enumerate(zip(step.inputs, news))]
+                out = conform(step.kernel(step.params, *sides), step.out_schema)
+            tables[step.name] = user_named(step, out)
+        nxt = conform(_consolidate(_relation(program.output, tables).rename_columns(cols), cols[:-1]), program.roots)
+        if i + 1 > last and _same(nxt, dv):
+            break
+        i += 1
+        if program.max_iterations is not None and i >= program.max_iterations:
+            raise IterationLimitExceeded.of(program.max_iterations, i, nxt.num_rows)
+        dv = nxt
+    new_state = []
+    for sp in spec_list:
+        parts = pieces[(sp.step, sp.input)]
+        table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
+        new_state.append(conform(_advanced(table, ttype, frontier, times(width), D), sp.schema))
+    return dv, new_state
+
+
+def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
+    """``table``'s rows as rows of the task's one output (``schema``: the kind column, then every
+    stored collection's physical columns; the others null)."""
+    from .kernels.common import conform
+    from .traces import KIND
+
+    n = table.num_rows
+    mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # traces.physical's names
+    arrays = [pa.array(np.full(n, tag, dtype=object), pa.string()) if f.name == KIND
+              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
+    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
+
+
+def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
+         schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of a loop's update: read the sources' changes (``SRC`` ``0 ..
+    n-1``) and the stored traces (``n ..``), run :func:`loop_update`, and yield the loop's change
+    (kind ``out_tag``) and the new traces (kinds ``tags``)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        from .local_loop import SRC, _source_table, _tag
+
+        seen = list(batches)
+        table = pa.Table.from_batches(seen) if seen else None
+        if table is None:
+            return
+        src = table.column(SRC)
+        n = len(program.sources)
+        sources = [_source_table(table.filter(pc.equal(src, j)), j, c) for j, c in enumerate(program.sources)]
+        state = []
+        for k, sp in enumerate(specs(program)):
+            part = table.filter(pc.equal(src, n + k))
+            state.append(pa.Table.from_arrays([part.column(_tag(n + k, i)) for i in range(len(sp.schema))],
+                                              names=sp.schema.names))
+        out, new_state = loop_update(program, sources, state, ttype, frontier)
+        for t, rows in [(out_tag, out), *zip(tags, new_state)]:
+            if rows.num_rows:
+                yield from _wide(rows, t, schema).to_batches()
+
+    return run
+
+
+# ---------------------------------------------------------------------------------
+# the driver
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
+
+
+def record(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], max_iterations: int | None,
+           run: Any = None) -> tuple[Any, list[Any]]:
+    """``df.dd_iterate(body)`` recorded as for the in-task path (no Spark job): its
+    :class:`~spark_differential.local_loop.Program`, in one task and without time chunks, and its
+    sources (the roots first).  Raises :class:`~spark_differential.translate.Untranslatable` for
+    a body the in-task path cannot run.  ``run``: the view's update calling it (the body's
+    operators then go to the recorder, not to the view)."""
+    from . import iterate as _it
+    from . import local_loop
+    from .lattice import Loop
+
+    loop_t = Loop(cs.ttype, next(_it._LOOP_IDS))
+    ctx = _it.LoopContext(loop_t, df.sparkSession, None)
+    _it._stack().append(ctx)
+    if run is not None:
+        run.loop_recording += 1
+    try:
+        program, sources = local_loop.record(
+            df, loop_t, cs, _it._rule_checked(body), ctx,
+            lambda out: _it._check_body_output(out, cs, loop_t, select=False), max_iterations, 0)
+    finally:
+        if run is not None:
+            run.loop_recording -= 1
+        _it._stack().pop()
+        ctx.release()
+    return dataclasses.replace(program, chunk_rows=0, threads=1, local_rows=0), sources
+
+
+def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], Any],
+                 max_iterations: int | None) -> Any:
+    """``df.dd_iterate(body)`` in a view's query (``run``: the :class:`~spark_differential.traces.Run`
+    of this update, or its probe): the change of the loop's fixed point, its traces read from and
+    written to the view's version (the module docstring)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from . import local_loop
+    from .errors import IncrementalStateError
+    from .execution import arrow_schema
+    from .traces import KIND, Operator, physical, tag
+    from .translate import Untranslatable
+
+    spark = df.sparkSession
+    data = list(cs.data_cols)
+    user = df.select(*[F.col(quoted(c)) for c in data], TIME, DIFF).schema
+    try:
+        program, sources = record(df, cs, body, max_iterations, run)
+    except Untranslatable as e:
+        why = f"dd_iterate (its body cannot run inside one task: {e})"
+        if run.probe:
+            run.blockers.append(why)
+            return spark.createDataFrame([], user)
+        raise IncrementalStateError(
+            f"sd.incremental: the view stored under {run.where} keeps a {why}; the query must stay the same from "
+            "update to update. Rebuild the view at a new path by replaying its inputs.") from e
+    if cs.ttype != run.ttype:
+        if run.probe:
+            run.blockers.append(f"dd_iterate over {cs.ttype.describe()} times")
+            return spark.createDataFrame([], user)
+    spec_list = specs(program)
+    schemas = [_spark_schema(sp.schema) for sp in spec_list]
+    slot = len(run.operators)
+    me = Operator("dd_iterate", tuple(schemas), (LOOP,) * len(schemas))
+    run.operators.append(me)
+    if run.probe:
+        return spark.createDataFrame([], user)
+    run._check(slot, me)
+
+    # one task: the changes of the sources and the stored traces in, the loop's change and the new traces out
+    n = len(sources)
+    tags = [tag(slot, k) for k in range(len(spec_list))]
+    union = None
+    for j, (src, cols) in enumerate(zip(sources, program.sources)):
+        part = local_loop.tag_source(src, j, [c for c in cols if c not in (DIFF, *local_loop.leaves(program.width))],
+                                     cs.ttype)
+        union = part if union is None else union.unionByName(part, allowMissingColumns=True)
+    for k, (t, schema) in enumerate(zip(tags, schemas)):
+        stored = run.read(run.traces.get(t, []), schema, t)
+        part = stored.select(F.lit(n + k).alias(local_loop.SRC),
+                             *[F.col(f.name).alias(local_loop._tag(n + k, i)) for i, f in enumerate(schema.fields)])
+        union = part if union is None else union.unionByName(part, allowMissingColumns=True)
+    out_tag = f"s{slot}_out"
+    leaf_names = local_loop.leaves(program.width)
+    out_schema = T.StructType([*[T.StructField(f.name, f.dataType, True) for f in user.fields if f.name in data],
+                               *[T.StructField(c, T.LongType(), True) for c in leaf_names],
+                               T.StructField(DIFF, T.LongType(), True)])
+    wide_fields = [T.StructField(KIND, T.StringType(), True)]
+    for t, schema in [(out_tag, out_schema), *zip(tags, schemas)]:
+        wide_fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
+    wide_schema = T.StructType(wide_fields)
+    fn = task(program, cs.ttype, list(run.frontier), out_tag, tags, arrow_schema(spark, wide_schema))
+    assert union is not None and run.write_wide is not None
+    files = run.write_wide(f"s{slot}", union.repartition(1).mapInArrow(fn, wide_schema))
+    for t in tags:
+        run.replaced[t] = [files[t]] if t in files else []
+    out = run.read([files[out_tag]] if out_tag in files else [], out_schema, out_tag)
+    sql_type = integral_sql(cs.ttype)
+    if sql_type is not None:
+        return out.selectExpr(*map(quoted, data), f"CAST({leaf_names[0]} AS {sql_type}) AS {TIME}", DIFF)
+    time_col = cs.ttype.decode_columns([F.col(c) for c in leaf_names])
+    return out.select(*[F.col(quoted(c)) for c in data], time_col.alias(TIME), F.col(DIFF))
+
+
+__all__ = ["LOOP", "Spec", "loop_in_view", "loop_update", "record", "specs"]

@@ -1,0 +1,215 @@
+"""``dd_iterate`` in an incremental view (stage 2): per-iteration traces (``spark_differential.view_loop``).
+
+On ``(data, time, diff)``: a loop kept in a view receives the changes of its roots and
+outer collections at each update and returns the change of its fixed point, reading and
+rewriting its per-iteration traces.  Checked here:
+
+* without Spark jobs (the loop recorded once on placeholders, then
+  :func:`~spark_differential.view_loop.loop_update` called directly on Arrow tables): for
+  random changing graphs split at random into successive updates (integer and
+  product-order times, multi-element frontiers), the changes every update returned add up
+  to the one-shot loop's answer over all the inputs, row for row (and to the oracle's);
+* through Spark: BFS and reachability views over changing graphs against the oracle,
+  each update resumed from the stored manifest, in stage 2; a body the in-task path
+  cannot run keeps its view in stage 1, and ``stage=2`` then says why.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from helpers import time_type
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import Coll, Product, Total, assert_updates_equal, consolidate, ref_bfs, ref_reachable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from test_incremental import expected, run_view, schedule, stage_of, toggling_edges
+
+import spark_differential as sd
+from spark_differential import lattice as L
+from spark_differential import local_loop, view_loop
+from spark_differential.collection import inspect
+from spark_differential.errors import IncrementalStateError
+
+P2 = Product([Total(), Total()])
+LATS = {"int": (Total(), L.Total()), "product2": (P2, L.Product((("a", L.Total()), ("b", L.Total()))))}
+
+
+def bfs_body(roots: DataFrame, edges: DataFrame) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
+    """Seed 001's BFS: the loop's roots and body (join, concat, min)."""
+    e = edges.withColumnRenamed("src", "node")
+    start = roots.select("node", F.lit(0).cast("long").alias("dist"), "time", "diff")
+    return start, lambda d: (d.dd_join(e, on="node")
+                             .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
+                             .dd_concat(start).dd_min(by="node", col="dist"))
+
+
+def reach_body(roots: DataFrame, edges: DataFrame) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
+    """Reachability: the edges whose source is reached (a semijoin with the loop variable), concat, distinct."""
+    return roots, lambda d: (edges.dd_semijoin(d.withColumnRenamed("node", "src"), on="src")
+                             .select(F.col("dst").alias("node"), "time", "diff").dd_concat(roots).dd_distinct())
+
+
+BODIES = {"bfs": bfs_body, "reach": reach_body}
+
+
+def reference(body: str, edges: Coll, roots: Coll, lat: Any) -> Coll:
+    e = Coll(("src", "dst"), consolidate(edges.updates))
+    return ref_bfs(e, roots, lat) if body == "bfs" else ref_reachable(e, roots, lat)
+
+
+@pytest.fixture(scope="module")
+def recorded(spark) -> dict[tuple[str, str], tuple[Any, list[str]]]:
+    """Each body recorded over each time type (no Spark job): its program and which input each
+    source is (``roots`` or ``edges``)."""
+    out = {}
+    for name, (lat, _) in LATS.items():
+        tt = time_type(lat).simpleString()
+        roots = spark.createDataFrame([], f"node long, time {tt}, diff long")
+        edges = spark.createDataFrame([], f"src long, dst long, time {tt}, diff long")
+        for body_name, make in BODIES.items():
+            start, body = make(roots, edges)
+            program, sources = view_loop.record(start, inspect(start, op="test"), body, None)
+            kinds = ["roots" if "dst" not in s.columns else "edges" for s in sources]
+            out[(name, body_name)] = (program, kinds)
+    return out
+
+
+def arrow(cols: tuple[str, ...], updates: list, lat: Any, body: str, kind: str) -> Any:
+    """Oracle updates as a loop source's Arrow table (``cols``: data, time leaves, diff)."""
+    import pyarrow as pa
+
+    rows = []
+    for d, t, r in updates:
+        data = (*d, 0) if kind == "roots" and body == "bfs" else d
+        rows.append((*data, *((t,) if isinstance(lat, Total) else t), r))
+    return pa.table({c: pa.array([row[i] for row in rows], pa.int64()) for i, c in enumerate(cols)})
+
+
+def as_updates(table: Any, lat: Any, width: int) -> list:
+    cols = table.column_names
+    rows = table.to_pylist()
+    ndata = len(cols) - width - 1
+    out = []
+    for r in rows:
+        v = [r[c] for c in cols]
+        t = v[ndata] if isinstance(lat, Total) else tuple(v[ndata: ndata + width])
+        out.append((tuple(v[:ndata]), t, v[-1]))
+    return out
+
+
+@pytest.mark.parametrize("body", sorted(BODIES))
+@pytest.mark.parametrize("name", sorted(LATS))
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_updates_add_up_to_the_one_shot_loop(recorded, name: str, body: str, seed: int) -> None:
+    lat, lib = LATS[name]
+    program, kinds = recorded[(name, body)]
+    rng = random.Random(seed)
+    hi = 6
+    if isinstance(lat, Total):
+        edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 7, rng.randint(3, 12), hi).updates))
+        roots = Coll(("node",), [((0,), 0, 1)] + ([((rng.randrange(7),), rng.randint(1, hi), 1)] if rng.random() < 0.5 else []))
+    else:
+        ups = []
+        for _ in range(rng.randint(3, 12)):
+            e = (rng.randrange(7), rng.randrange(7))
+            t1 = (rng.randint(0, hi), rng.randint(0, hi))
+            ups.append((e, t1, 1))
+            if rng.random() < 0.5:
+                ups.append((e, (rng.randint(t1[0], hi), rng.randint(t1[1], hi)), -1))
+        edges = Coll(("src", "dst"), consolidate(ups))
+        roots = Coll(("node",), [((0,), (0, 0), 1)])
+    inputs = {"roots": roots, "edges": edges}
+    steps = schedule(rng, lat, inputs, rng.randint(2, 4), hi)
+    state = [sp.schema.empty_table() for sp in view_loop.specs(program)]
+    returned: list = []
+    for upto, new in steps:
+        sources = [arrow(cols, new[k], lat, body, k) for cols, k in zip(program.sources, kinds)]
+        frontier = [lib.encode_value(f) for f in upto]
+        out, state = view_loop.loop_update(program, sources, state, lib, frontier)
+        returned += as_updates(out, lat, program.width)
+        for sp, table in zip(view_loop.specs(program), state):  # the state holds no update before the frontier
+            assert table.schema == sp.schema
+    whole = [arrow(cols, inputs[k].updates, lat, body, k) for cols, k in zip(program.sources, kinds)]
+    once, _, _ = local_loop.iterate(program, whole)
+    want = reference(body, edges, roots, lat)
+    assert_updates_equal(consolidate(returned), as_updates(once, lat, program.width))
+    assert_updates_equal(consolidate(returned), want.updates)
+
+
+def test_state_is_the_loops_live_size_not_its_history(recorded) -> None:
+    """One edge toggled on and off 40 times: the loop's stored traces, advanced to each new
+    frontier, stay as small as one state of the graph."""
+    lat, lib = LATS["int"]
+    program, kinds = recorded[("int", "bfs")]
+    state = [sp.schema.empty_table() for sp in view_loop.specs(program)]
+    sizes = []
+    base = [((0, 1), 0, 1), ((1, 2), 0, 1)]
+    for step in range(40):
+        ups = base if step == 0 else []
+        ups = ups + [((2, 3), step, 1 if step % 2 == 0 else -1)]
+        new = {"roots": [((0,), 0, 1)] if step == 0 else [], "edges": ups}
+        sources = [arrow(cols, new[k], lat, "bfs", k) for cols, k in zip(program.sources, kinds)]
+        _, state = view_loop.loop_update(program, sources, state, lib, [lib.encode_value(step + 1)])
+        sizes.append(sum(t.num_rows for t in state))
+    assert max(sizes[5:]) <= max(sizes[:5]), sizes
+
+
+# -- through Spark -------------------------------------------------------------------------
+
+
+def reach_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    start, body = reach_body(roots, edges)
+    return start.dd_iterate(body)
+
+
+def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    start, body = bfs_body(roots, edges)
+    return start.dd_iterate(body)
+
+
+@pytest.mark.parametrize("body,name", [("bfs", "product2"), pytest.param("reach", "int", marks=pytest.mark.connect)])
+def test_loop_views_against_the_oracle(spark, tmp_path, body: str, name: str) -> None:
+    lat = LATS[name][0]
+    rng = random.Random(41 + len(name))
+    if isinstance(lat, Total):
+        edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 7, 12, 8).updates))
+        roots = Coll(("node",), [((0,), 0, 1), ((4,), 3, 1)])
+    else:
+        ups = []
+        for _ in range(10):
+            e = (rng.randrange(6), rng.randrange(6))
+            t1 = (rng.randint(0, 4), rng.randint(0, 4))
+            ups += [(e, t1, 1)] + ([(e, (t1[0] + 1, t1[1] + 2), -1)] if rng.random() < 0.5 else [])
+        edges = Coll(("src", "dst"), consolidate(ups))
+        roots = Coll(("node",), [((0,), (0, 0), 1)])
+    inputs = {"roots": roots, "edges": edges}
+    steps = schedule(rng, lat, inputs, 3, 8 if isinstance(lat, Total) else 5)
+    path = tmp_path / "view"
+    got = run_view(spark, str(path), bfs_view if body == "bfs" else reach_view, inputs, steps, lat)
+    assert stage_of(path) == 2
+    want = expected(lambda c: reference(body, c["edges"], c["roots"], lat), inputs, steps[-1][0], lat)
+    assert want, "the graph should give some answer"
+    assert_updates_equal(consolidate(got), want)
+
+
+def pmod_loop(roots: DataFrame) -> DataFrame:
+    """A loop whose body the in-task path cannot run (``pmod`` is not translated)."""
+    return roots.dd_iterate(
+        lambda d: d.select(F.pmod(F.col("node") + 1, F.lit(3)).alias("node"), "time", "diff").dd_concat(d).dd_distinct())
+
+
+def test_a_loop_the_task_cannot_run_keeps_its_view_in_stage_1(spark, tmp_path) -> None:
+    roots = spark.createDataFrame([(0, 0, 1), (5, 2, 1)], "node long, time long, diff long")
+    view = sd.incremental(str(tmp_path / "v"), pmod_loop)
+    got = sorted(view.update(upto=1, roots=roots).collect())
+    assert [(r.node, r.time, r.diff) for r in got] == [(0, 0, 1), (1, 0, 1), (2, 0, 1)]
+    assert stage_of(tmp_path / "v") == 1
+    with pytest.raises(IncrementalStateError, match=r"stage=2 was asked but the query uses dd_iterate \(its body "
+                                                    r"cannot run inside one task: .*pmod"):
+        sd.incremental(str(tmp_path / "w"), pmod_loop, stage=2).update(upto=1, roots=roots)
