@@ -31,16 +31,18 @@ What is measured
     The issue's targets (at ``--updates 1000``): per-update time after 1,000
     updates at most 1.2x the time after 10, stored state flat.
 
-    Stages (see ``spark_differential/incremental.py``): the ``view`` query runs in
-    stage 2 (per-operator traces; the query runs on the changes only, so an update's
-    kernels see the changes and the trace rows of the keys they touch); ``bfs`` uses
-    ``dd_iterate`` and runs in stage 1 (each update re-runs the query over the
-    compacted inputs: its cost follows their live size).  ``--stage compare`` runs
-    the ``view`` workload twice on the same data, as ``view-s2`` (the stage the view
-    picks) and ``view-s1`` (``stage=1`` forced), in the same session, interleaved
-    (update ``i`` of one view, then of the other: both share the JVM's warm-up), the
-    one-shot recomputation after ``view-s2``'s updates only; ``--stage 1`` or ``2`` runs it in that
-    stage only; ``auto`` (the default) as ``view``, in the stage the view picks.
+    Stages (see ``spark_differential/incremental.py``): both queries run in stage 2
+    (per-operator traces; the query runs on the changes only, so an update's
+    kernels see the changes and the trace rows of the keys they touch; ``bfs``'s
+    ``dd_iterate`` keeps per-iteration traces and runs inside one task,
+    ``spark_differential/view_loop.py``).  Stage 1 re-runs the query over the
+    compacted inputs at each update (its cost follows their live size).
+    ``--stage compare`` runs each workload twice on the same data, as ``<name>-s2``
+    (the stage the view picks) and ``<name>-s1`` (``stage=1`` forced), in the same
+    session, interleaved (update ``i`` of one view, then of the other: both share
+    the JVM's warm-up), the one-shot recomputation after the ``-s2`` view's updates
+    only; ``--stage 1`` or ``2`` runs it in that stage only; ``auto`` (the default)
+    in the stage the view picks.
 
     python benchmarks/incremental.py --updates 20
     python benchmarks/incremental.py --workload view --stage compare --updates 60 --oneshot-every 30
@@ -407,8 +409,8 @@ def main() -> int:
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--oneshot-every", type=int, default=1, help="recompute one-shot after every k-th update (0: never)")
     ap.add_argument("--stage", choices=["auto", "compare", "1", "2"], default="auto",
-                    help="the view workload's stage: auto (the one the view picks: 2), compare (stage 2, then stage 1 "
-                    "on the same data), 1 or 2")
+                    help="the workloads' stage: auto (the one the view picks: 2), compare (stage 2, then stage 1 "
+                    "on the same data, interleaved), 1 or 2")
     ap.add_argument("--count-keys-only", action="store_true",
                     help="the view counts the joined rows' region column alone (select before dd_count)")
     ap.add_argument("--window", type=int, default=8, help="updates averaged at 10 and at N (default 8: one merge each)")
@@ -434,22 +436,20 @@ def main() -> int:
     summaries = []
     all_rows: dict[str, list[dict[str, Any]]] = {}
     try:
-        if args.workload in ("view", "both"):
+        for workload in ("view", "bfs"):
+            if args.workload not in (workload, "both"):
+                continue
             stages: list[tuple[str, int | None]] = {
-                "compare": [("view-s2", None), ("view-s1", 1)], "auto": [("view", None)], "1": [("view-s1", 1)],
-                "2": [("view-s2", 2)],
+                "compare": [(f"{workload}-s2", None), (f"{workload}-s1", 1)], "auto": [(workload, None)],
+                "1": [(f"{workload}-s1", 1)], "2": [(f"{workload}-s2", 2)],
             }[args.stage]
-            specs = [(name, ViewWorkload(args.customers, args.orders, args.changes, args.seed, args.count_keys_only), stage)
-                     for name, stage in stages]
+            specs = [(name, ViewWorkload(args.customers, args.orders, args.changes, args.seed, args.count_keys_only)
+                      if workload == "view" else BfsWorkload(args.nodes, args.edges, args.changes, args.updates, args.seed),
+                      stage) for name, stage in stages]
             for name, rows in run_interleaved(spark, specs, args.updates, args.oneshot_every, root,
                                               args.progress).items():
                 summaries.append(summarize(name, rows, args.window))
                 all_rows[name] = rows
-        if args.workload in ("bfs", "both"):
-            work = BfsWorkload(args.nodes, args.edges, args.changes, args.updates, args.seed)
-            rows = run(spark, "bfs", work, args.updates, args.oneshot_every, root, args.progress)
-            summaries.append(summarize("bfs", rows, args.window))
-            all_rows["bfs"] = rows
     finally:
         if not args.keep_data and not args.data_dir:
             shutil.rmtree(root, ignore_errors=True)

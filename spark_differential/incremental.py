@@ -17,12 +17,15 @@ manifest):
   called on the *new updates only*; each stateful operator (joins, reductions) keeps
   a trace of each of its inputs under ``path`` and hands its kernel the new updates
   plus the trace rows of the keys they touch, so an update's kernels work on the size
-  of the changes.  Chosen when the query's operators allow it (seen by calling the
-  query once on empty inputs at the first update).
+  of the changes.  A top-level ``dd_iterate`` keeps per-iteration traces of the
+  operators of its body and runs inside one task on the changes of its inputs
+  (:mod:`spark_differential.view_loop`).  Chosen when the query's operators allow it
+  (seen by calling the query once on empty inputs at the first update).
 * **Stage 1** (stored inputs): the query is re-run on the stored (compacted) inputs
   plus the new updates at every update, and the output already returned is
   subtracted; an update costs the live size of the inputs.  Used when the query has
-  a ``dd_iterate``, reads changes rather than states (``differentiate``,
+  a ``dd_iterate`` whose body cannot run inside one task (a nested loop, an expression
+  the in-task path does not translate), reads changes rather than states (``differentiate``,
   ``dd_delay``, ``dd_asof_join``), or has an operator over another time type; one
   log line says why.  ``stage=1`` asks for it.
 
@@ -775,8 +778,9 @@ class IncrementalView:
         """The stage a new view runs in and, for stage 2, the key buckets of its traces and its stateful operators.
 
         The query is called once on empty inputs (stateful operators return empty
-        collections without running; a ``dd_iterate`` runs on empty inputs) to see
-        what it uses: stage 2 needs no history-dependent operator, no ``dd_iterate``
+        collections without running; a ``dd_iterate`` is recorded, not run) to see
+        what it uses: stage 2 needs no history-dependent operator, no ``dd_iterate`` the
+        in-task path cannot run (:mod:`spark_differential.view_loop`)
         and every stateful operator over the inputs' time type."""
         if self.stage == 1 or self.compact is False:
             return 1, (0, 0), ()

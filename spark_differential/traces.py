@@ -40,8 +40,10 @@ rows (:func:`advanced_totals`: one row per key and distinct advanced time).  So 
 per region whose every update touches all regions reads the changed rows and one
 total per region, not every row of every region.
 
-A query whose output depends on history (``differentiate``, ``dd_delay``,
-``dd_asof_join``), a ``dd_iterate``, or an operator working over another time type
+A top-level ``dd_iterate`` is one operator here, whose traces are per iteration
+(:mod:`spark_differential.view_loop`).  A query whose output depends on history
+(``differentiate``, ``dd_delay``, ``dd_asof_join``), a ``dd_iterate`` whose body
+cannot run inside one task, or an operator working over another time type
 than the view's inputs cannot be kept this way: :func:`probe` finds that out on
 empty inputs and the view then runs in stage 1.
 """
