@@ -367,7 +367,9 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     wide_schema = T.StructType(wide_fields)
     fn = task(program, cs.ttype, list(run.frontier), out_tag, tags, arrow_schema(spark, wide_schema))
     assert union is not None and run.write_wide is not None
-    files = run.write_wide(f"s{slot}", union.repartition(1).mapInArrow(fn, wide_schema))
+    # coalesce, not repartition: the one task reads the changes and the stored traces itself (no
+    # shuffle, one job less); the changes are an update's (small) and the traces must fit the task anyway
+    files = run.write_wide(f"s{slot}", union.coalesce(1).mapInArrow(fn, wide_schema))
     for t in tags:
         run.replaced[t] = [files[t]] if t in files else []
     out = run.read([files[out_tag]] if out_tag in files else [], out_schema, out_tag)
