@@ -213,3 +213,27 @@ def test_a_loop_the_task_cannot_run_keeps_its_view_in_stage_1(spark, tmp_path) -
     with pytest.raises(IncrementalStateError, match=r"stage=2 was asked but the query uses dd_iterate \(its body "
                                                     r"cannot run inside one task: .*pmod"):
         sd.incremental(str(tmp_path / "w"), pmod_loop, stage=2).update(upto=1, roots=roots)
+
+
+def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
+    """Counts, not timings: an update of a BFS view is one job running the loop in one task (its
+    changes and stored traces read by that task, the loop's change and new traces written), then
+    the version's last write: one shuffle consolidating the output, one job writing it."""
+    from spark_differential._jobs import count_jobs
+
+    schema = "src long, dst long, time long, diff long"
+    view = sd.incremental(str(tmp_path / "v"), bfs_view)
+    jobs, got = [], []
+    edges = [(0, 1, 0, 1), (1, 2, 0, 1), (2, 3, 1, 1), (0, 3, 2, 1), (1, 2, 2, -1), (3, 4, 3, 1)]
+    for t in range(4):
+        new = {"edges": spark.createDataFrame([e for e in edges if e[2] == t], schema)}
+        if t == 0:
+            new["roots"] = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+        with count_jobs(spark) as counted:
+            out = view.update(upto=t + 1, **new)
+        jobs.append(counted.jobs)
+        got += [((r.node, r.dist), r.time, r.diff) for r in out.collect()]
+    e = Coll(("src", "dst"), [((s, d), t, r) for s, d, t, r in edges])
+    assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
+    assert stage_of(tmp_path / "v") == 2
+    assert jobs == [3, 3, 3, 3], jobs
