@@ -585,6 +585,11 @@ def dd_as_of(df: DataFrame, t: Any) -> DataFrame:
         raise FrontierError(
             f"{op}: t={t!r} is not a time of the collection's time type {cs.ttype.describe()}: {e}"
         ) from None
+    if integral_sql(cs.ttype) is not None:  # SQL text: the checks inside the filter and the aggregation
+        schema = df.schema
+        (cond,) = [cs.ttype.sql_leq([f"CAST({guard_expr(schema, TIME, op)} AS BIGINT)"], [str(at[0])])]
+        return df.where(cond).groupBy(*qcols(cs.data_cols)).agg(
+            F.expr(f"CAST(sum({guard_expr(schema, DIFF, op)}) AS BIGINT) AS {quoted(DIFF)}")).where(f"{quoted(DIFF)} != 0")
     leaves = time_leaf_names(cs.ttype.width)
     df = checked(df, cs, op)
     enc = df.select(*qcols(cs.data_cols), *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)
