@@ -32,6 +32,8 @@ import spark_differential  # noqa: F401  (registers the methods)
 
 TIME_TYPES = ["bigint", "int", "smallint", "tinyint"]
 
+pytestmark = pytest.mark.connect  # the same SQL text on Spark Connect
+
 
 def _df(spark, coll, time_sql: str, diff_sql: str):
     schema = f"case long, x long, time {time_sql}, diff {diff_sql}"  # every column nullable
