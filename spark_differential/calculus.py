@@ -94,12 +94,15 @@ def differentiate(df: DataFrame) -> DataFrame:
     data = list(cs.data_cols)
     if integral_sql(cs.ttype) is not None:  # SQL text: Columns cost py4j round trips each
         schema = df.schema
+        # one projection generating both rows of each update: the input is read once (a union of
+        # two projections would compute it twice), and one selectExpr is one plan to analyse
         t, d = guard_expr(schema, TIME, op), f"CAST({guard_expr(schema, DIFF, op)} AS BIGINT)"
-        alt = df.selectExpr(*map(quoted, data), f"named_struct('{ALTNEU_TIME}', {t}, '{ALTNEU_NEU}', false) AS {quoted(TIME)}",
-                            f"{d} AS {quoted(DIFF)}")
-        neu = df.selectExpr(*map(quoted, data), f"named_struct('{ALTNEU_TIME}', {t}, '{ALTNEU_NEU}', true) AS {quoted(TIME)}",
-                            f"(-{d}) AS {quoted(DIFF)}")
-        return alt.unionByName(neu)
+
+        def row(neu: bool, diff: str) -> str:
+            return (f"named_struct('{TIME}', named_struct('{ALTNEU_TIME}', {t}, '{ALTNEU_NEU}', {str(neu).lower()}), "
+                    f"'{DIFF}', {diff})")
+
+        return df.selectExpr(*map(quoted, data), f"inline(array({row(False, d)}, {row(True, f'(-{d})')}))")
     df = checked(df, cs, op)
     alt = df.select(*qcols(data), _altneu(None, False).alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
     neu = df.select(*qcols(data), _altneu(None, True).alias(TIME), (-F.col(DIFF).cast("long")).alias(DIFF))
@@ -133,7 +136,8 @@ def integrate(df: DataFrame) -> DataFrame:
         t = q
         if _nullable(schema[TIME].dataType, schema[TIME].nullable):
             t = null_guard_sql(q, [f"{q}.{quoted(ALTNEU_TIME)}", f"{q}.{quoted(ALTNEU_NEU)}"], "time", op)
-        kept = df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {q}", guarded_sql(schema, DIFF, op))
+        d = guarded_sql(schema, DIFF, op)
+        kept = df if t == q and d == quoted(DIFF) else df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {q}", d)
         return kept.where(f"NOT {q}.{quoted(ALTNEU_NEU)}").selectExpr(
             *map(quoted, cs.data_cols), f"{q}.{quoted(ALTNEU_TIME)} AS {q}", quoted(DIFF))
     t = F.col(TIME)

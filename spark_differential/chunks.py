@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from . import _conf
 from .collection import DIFF, TIME, qcols
 from .lattice import TimeType, Total
 
@@ -112,7 +113,7 @@ def rows_setting(spark: object) -> int | None:
     """Updates per chunk from ``spark_differential.iterate.chunkRows``: a number, ``auto``
     (``None``) or ``0``/``off`` (never slice, returned as ``0``)."""
     try:
-        raw = str(spark.conf.get(CONF, "auto")).strip().lower()  # type: ignore[attr-defined]
+        raw = str(_conf.get(spark, CONF, "auto")).strip().lower()
     except Exception:  # pragma: no cover - a session without runtime conf
         raw = "auto"
     if raw in ("auto", ""):

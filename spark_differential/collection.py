@@ -134,7 +134,7 @@ def _null_message(what: str, op: str) -> str:
     where = f"{op}: " if op else ""
     return (
         f"NullValueError: {where}a null {what} reached the operator; every update needs a non-null "
-        f"{what}. Filter or fill nulls first (e.g. df.where(F.col('{what}').isNotNull()))."
+        f'{what}. Filter or fill nulls first (e.g. df.where(F.col("{what}").isNotNull())).'
     )
 
 
@@ -152,12 +152,33 @@ def sql_text(value: str) -> str:
     return parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
 
 
-def null_guard_sql(expr: str, leaves: Sequence[str], what: str, op: str = "") -> str:
+def null_guard_sql(expr: str, leaves: Sequence[str], what: str, op: str = "", zero: str | None = None) -> str:
     """:func:`null_guard` as SQL text (``expr`` and ``leaves``: SQL expressions): the same
     check and message, for plans built from SQL text (one py4j round trip for a whole
-    ``selectExpr``, where Columns cost a few each)."""
+    ``selectExpr``, where Columns cost a few each).
+
+    With ``zero`` (a non-null SQL literal of ``expr``'s type, e.g. ``0L``) and ``expr`` its
+    own only leaf, the check is ``coalesce(expr, raise_error(...), zero)``: the same value
+    and failure (``zero`` is never reached), cheaper for Spark to analyse than a ``CASE``,
+    and declared non-nullable, so that the operators downstream check nothing again.
+
+    >>> null_guard_sql("`diff`", ["`diff`"], "diff", "op", zero="0L").startswith("coalesce(`diff`, raise_error(")
+    True
+    """
+    message = sql_text(_null_message(what, op))
+    if zero is not None and list(leaves) == [expr]:
+        return f"coalesce({expr}, raise_error({message}), {zero})"
     cond = " OR ".join(f"({leaf}) IS NULL" for leaf in leaves)
-    return f"CASE WHEN {cond} THEN raise_error({sql_text(_null_message(what, op))}) ELSE {expr} END"
+    return f"CASE WHEN {cond} THEN raise_error({message}) ELSE {expr} END"
+
+
+# a non-null zero of each integral type as a Spark SQL literal (the non-nullable end of a null check)
+_SQL_ZEROS = {T.LongType: "0L", T.IntegerType: "0", T.ShortType: "0S", T.ByteType: "0Y"}
+
+
+def sql_zero(dtype: T.DataType) -> str | None:
+    """A non-null zero literal of the integral ``dtype`` in Spark SQL (``None``: another type)."""
+    return _SQL_ZEROS.get(type(dtype))
 
 
 def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
@@ -205,7 +226,9 @@ def guard_expr(schema: T.StructType, name: str, op: str) -> str:
     """The column ``name`` (of a collection with an integral time) as a SQL expression,
     :func:`null_guard_sql`-checked when it is a nullable ``time`` or ``diff``."""
     q = quoted(name)
-    return null_guard_sql(q, [q], name, op) if name in (TIME, DIFF) and schema[name].nullable else q
+    if name not in (TIME, DIFF) or not schema[name].nullable:
+        return q
+    return null_guard_sql(q, [q], name, op, zero=sql_zero(schema[name].dataType))
 
 
 def guarded_sql(schema: T.StructType, name: str, op: str, cast: str | None = None) -> str:
@@ -217,6 +240,16 @@ def guarded_sql(schema: T.StructType, name: str, op: str, cast: str | None = Non
     if cast is not None:
         e = f"CAST({e} AS {cast})"
     return q if e == q else f"{e} AS {q}"
+
+
+def consolidate_sql(df: DataFrame, data: Sequence[str], time_sql: str, diff_sql: str) -> DataFrame:
+    """:func:`consolidate_spark` of ``df`` projected to ``(data, time_sql AS time, diff_sql
+    AS diff)`` (SQL expressions: a null check, a negation, a cast), with the projection
+    inside the aggregation: the plan and the DataFrames of a plain
+    ``groupBy(...).agg(sum(...)).where(...)``, the checks evaluated where the rows are
+    first read (the partial aggregation)."""
+    return df.groupBy(*qcols(data), F.expr(f"{time_sql} AS {quoted(TIME)}")).agg(
+        F.expr(f"CAST(sum({diff_sql}) AS BIGINT) AS {quoted(DIFF)}")).where(f"{quoted(DIFF)} != 0")
 
 
 def quoted(name: str) -> str:
@@ -552,6 +585,11 @@ def dd_as_of(df: DataFrame, t: Any) -> DataFrame:
         raise FrontierError(
             f"{op}: t={t!r} is not a time of the collection's time type {cs.ttype.describe()}: {e}"
         ) from None
+    if integral_sql(cs.ttype) is not None:  # SQL text: the checks inside the filter and the aggregation
+        schema = df.schema
+        (cond,) = [cs.ttype.sql_leq([f"CAST({guard_expr(schema, TIME, op)} AS BIGINT)"], [str(at[0])])]
+        return df.where(cond).groupBy(*qcols(cs.data_cols)).agg(
+            F.expr(f"CAST(sum({guard_expr(schema, DIFF, op)}) AS BIGINT) AS {quoted(DIFF)}")).where(f"{quoted(DIFF)} != 0")
     leaves = time_leaf_names(cs.ttype.width)
     df = checked(df, cs, op)
     enc = df.select(*qcols(cs.data_cols), *[c.alias(n) for c, n in zip(cs.ttype.encode_column(F.col(TIME)), leaves)], DIFF)

@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import _conf
 from ._lazy import lazy
 from ._testing import fault_hook
 from .collection import DIFF, TIME, CollectionSchema, null_guard, qcol
@@ -85,7 +86,7 @@ def buckets(spark: Any) -> int:
     """How many key buckets a stateful operator spreads its input over."""
     parts = shuffle_partitions(spark)
     try:
-        factor = int(spark.conf.get("spark_differential.buckets_per_partition", "2"))
+        factor = int(_conf.get(spark, "spark_differential.buckets_per_partition", "2"))
     except Exception:  # pragma: no cover
         factor = 2
     return max(1, parts * factor)
@@ -170,7 +171,7 @@ def bucket_sql(hashed: Sequence[str], nbuckets: int, nparts: int) -> str:
 def shuffle_partitions(spark: Any) -> int:
     """``spark.sql.shuffle.partitions``: how many partitions the buckets are spread over."""
     try:
-        return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        return max(1, int(_conf.get(spark, "spark.sql.shuffle.partitions")))
     except Exception:  # pragma: no cover - defensive
         return 8
 
@@ -238,7 +239,7 @@ def time_fields(ttype: TimeType) -> list[T.StructField]:
 def large_var_types(spark: Any) -> bool:
     """Whether the session sends strings and binaries to Python as Arrow's large types."""
     try:
-        return str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+        return str(_conf.get(spark, "spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
     except Exception:  # pragma: no cover
         return False
 

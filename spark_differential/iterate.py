@@ -75,6 +75,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import _conf
 from . import chunks as _chunks
 from ._lazy import lazy
 from ._testing import fault_hook
@@ -980,24 +981,35 @@ LOOP_CONF = {
 
 
 def _loop_conf(spark: Any) -> Callable[[], None]:
-    """Set the loop's SQL configuration; returns a function restoring the previous values."""
-    saved = {}
-    for k, v in LOOP_CONF.items():
-        try:
-            saved[k] = spark.conf.get(k, None)
-            spark.conf.set(k, v)
-        except Exception:  # pragma: no cover - a session refusing runtime conf: keep its settings
-            continue
+    """Set the loop's SQL configuration; returns a function restoring the previous values.
+    (On Spark Connect: read from the call's settings snapshot, set in one request, restored
+    in at most two.)"""
+    saved: dict[str, Any] = {}
+    try:
+        saved = {k: _conf.get(spark, k, None) for k in LOOP_CONF}
+        _conf.set_many(spark, LOOP_CONF)
+    except Exception:  # pragma: no cover - a session refusing runtime conf: each setting on its own
+        saved = {}
+        for k, v in LOOP_CONF.items():
+            try:
+                saved[k] = spark.conf.get(k, None)
+                spark.conf.set(k, v)
+            except Exception:  # keep the session's setting
+                continue
 
     def restore() -> None:
-        for k, v in saved.items():
-            try:
-                if v is None:
-                    spark.conf.unset(k)
-                else:
-                    spark.conf.set(k, v)
-            except Exception:  # pragma: no cover
-                pass
+        try:
+            _conf.set_many(spark, {k: v for k, v in saved.items() if v is not None})
+            _conf.unset_many(spark, [k for k, v in saved.items() if v is None])
+        except Exception:  # pragma: no cover - each setting on its own
+            for k, v in saved.items():
+                try:
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
+                except Exception:
+                    pass
 
     return restore
 
@@ -1044,6 +1056,20 @@ def _plan_chunks(
 
 
 def _run_loop(
+    df: DataFrame,
+    cs: CollectionSchema,
+    body: Callable[[DataFrame], DataFrame],
+    max_iterations: int | None,
+    captured: dict[tuple[int, int], DataFrame] | None,
+    progress: bool,
+) -> DataFrame:
+    """:func:`_run_loop_in` with the session's settings read once for the whole call (one
+    request on Spark Connect, where each read is one; see :mod:`spark_differential._conf`)."""
+    with _conf.snapshot(df.sparkSession):
+        return _run_loop_in(df, cs, body, max_iterations, captured, progress)
+
+
+def _run_loop_in(
     df: DataFrame,
     cs: CollectionSchema,
     body: Callable[[DataFrame], DataFrame],

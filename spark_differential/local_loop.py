@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _conf
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
 from .lattice import Total
@@ -100,7 +101,7 @@ def master_of(spark: Any) -> str:
     session, the server's ``spark.master`` setting on Spark Connect."""
     if is_connect(spark):
         try:
-            return str(spark.conf.get("spark.master", "") or "")
+            return str(_conf.get(spark, "spark.master", "") or "")
         except Exception:  # noqa: BLE001 - a server that does not say
             return ""
     try:
@@ -122,7 +123,7 @@ def rows_setting(spark: Any) -> int:
 
     default = default_rows(spark)
     try:
-        raw = str(spark.conf.get(CONF, str(default))).strip().lower()
+        raw = str(_conf.get(spark, CONF, str(default))).strip().lower()
     except Exception:  # pragma: no cover - a session without runtime conf
         return default
     if raw in ("off", "false", "none", ""):
@@ -162,7 +163,7 @@ def thread_min_rows(spark: Any) -> int:
     """Rows below which the loop runs on one thread: :data:`THREAD_MIN_ROWS` under the
     default thread count, none when ``localThreads`` is set explicitly."""
     try:
-        explicit = spark.conf.get(THREADS_CONF, None) is not None
+        explicit = _conf.get(spark, THREADS_CONF, None) is not None
     except Exception:  # noqa: BLE001 - a session without runtime conf
         explicit = False
     return 0 if explicit else THREAD_MIN_ROWS
@@ -175,7 +176,7 @@ def threads_setting(spark: Any) -> int:
 
     default = default_threads(spark)
     try:
-        raw = str(spark.conf.get(THREADS_CONF, str(default))).strip()
+        raw = str(_conf.get(spark, THREADS_CONF, str(default))).strip()
     except Exception:  # pragma: no cover - a session without runtime conf
         return default
     try:
@@ -279,7 +280,7 @@ class Recorder:
         # (DataFrame, its CollectionSchema) of the roots (source 0, also when the body reads them
         # again, as BFS concatenates its roots) and of every outer collection the body reads
         self.sources: list[tuple[Any, Any]] = [(roots, cs)]
-        ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
+        ansi = str(_conf.get(spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
         self.connect = is_connect(spark)
         if self.connect:  # the client's plan, read in this process (spark_differential.translate_connect)
             from .translate_connect import ConnectTranslator
@@ -1248,7 +1249,7 @@ def _spread_setting(spark: Any) -> bool:
     it is not chosen automatically."""
     from .errors import ConfigurationError
 
-    raw = str(spark.conf.get(SPREAD_CONF, "off")).strip().lower()
+    raw = str(_conf.get(spark, SPREAD_CONF, "off")).strip().lower()
     if raw not in ("off", "always"):
         raise ConfigurationError(f"{SPREAD_CONF} must be 'off' or 'always'; got {raw!r}")
     return raw == "always"

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import _conf
 from .collection import TIME
 from .translate import Relation, Translator, Untranslatable, quote
 
@@ -130,7 +131,7 @@ class ConnectTranslator(Translator):
                  case_sensitive: bool | None = None) -> None:
         super().__init__(None, tables, width, ansi=ansi, use_json=False)
         if case_sensitive is None:
-            case_sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).strip().lower() == "true"
+            case_sensitive = str(_conf.get(spark, "spark.sql.caseSensitive", "false")).strip().lower() == "true"
         self.case_sensitive = case_sensitive
         self.leaf_plans: dict[int, tuple[Any, str, list[str]]] = {}  # plan id -> (plan node, leaf name, types)
         self.schema_checks = 0  # server schema RPCs made (one per translated DataFrame)

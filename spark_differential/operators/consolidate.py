@@ -14,7 +14,17 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, checked, inspect, qcols, time_leaf_names
+from ..collection import (
+    DIFF,
+    TIME,
+    checked,
+    consolidate_sql,
+    guard_expr,
+    inspect,
+    integral_sql,
+    qcols,
+    time_leaf_names,
+)
 from ..errors import FrontierError, SchemaMismatchError
 from ..execution import Input, execute, kernel_fields
 from ..kernels import consolidate as kcons
@@ -69,6 +79,14 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
         cols = list(zip(names("_a", len(data)), data))
         return execute(op, kcons.consolidate, params, [inp], [Entry(F.col(TIME), None)], kernel_fields(inp), cols, cs.ttype)
     data = list(cs.data_cols)
+    sql_type = integral_sql(cs.ttype)
+    if sql_type is not None:  # SQL text: the checks and the advance inside the aggregation, as a plain groupBy
+        schema = df.schema
+        t = guard_expr(schema, TIME, op)
+        if front is not None:
+            (adv,) = cs.ttype.sql_advance([f"CAST({t} AS BIGINT)"], front)
+            t = f"CAST({adv} AS {sql_type})"
+        return consolidate_sql(df, data, t, guard_expr(schema, DIFF, op))
     df = checked(df, cs, op)
     if front is None:
         return (

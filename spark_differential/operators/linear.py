@@ -14,7 +14,20 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, checked, consolidate_spark, guarded_sql, inspect, integral_sql, qcols, quoted
+from ..collection import (
+    DIFF,
+    TIME,
+    checked,
+    consolidate_spark,
+    consolidate_sql,
+    guard_expr,
+    inspect,
+    integral_sql,
+    null_guard_sql,
+    qcols,
+    quoted,
+    sql_zero,
+)
 from ..errors import SchemaMismatchError
 from ..scope import unify
 
@@ -35,6 +48,12 @@ def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
     """
     op = "dd_negate"
     cs = inspect(df, op=op)
+    if integral_sql(cs.ttype) is not None:  # SQL text, the checks inside the one projection or aggregation
+        schema = df.schema
+        t, d = guard_expr(schema, TIME, op), f"(-CAST({guard_expr(schema, DIFF, op)} AS BIGINT))"
+        if consolidate:
+            return consolidate_sql(df, cs.data_cols, t, d)
+        return df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {quoted(TIME)}", f"{d} AS {quoted(DIFF)}")
     df = checked(df, cs, op)
     out = df.select(*qcols(cs.data_cols), TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
     return consolidate_spark(out, cs.data_cols) if consolidate else out
@@ -86,14 +105,20 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
         return consolidate_spark(out, first.data_cols) if consolidate else out
     out = None
     if integral_sql(target) is not None and all(cs.ttype == target for cs in schemas):
-        # SQL text: each input checked and projected by one selectExpr (Columns cost py4j round trips each)
-        for d in dfs:
-            schema = d.schema
-            part = d.selectExpr(*[quoted(c) for c in first.data_cols], guarded_sql(schema, TIME, op),
-                                guarded_sql(schema, DIFF, op, cast="BIGINT"))
-            out = part if out is None else out.unionByName(part)
-        assert out is not None
-        return consolidate_spark(out, first.data_cols) if consolidate else out
+        # the union of the inputs as they are, then one projection (or the aggregation) checking and
+        # casting, in SQL text: the plan and the DataFrames of a plain union + groupBy
+        t, d = quoted(TIME), quoted(DIFF)
+        if any(x.schema[TIME].nullable for x in dfs):
+            t = null_guard_sql(t, [t], TIME, op, zero=sql_zero(dfs[0].schema[TIME].dataType))
+        d = f"CAST({d} AS BIGINT)"
+        if any(x.schema[DIFF].nullable for x in dfs):  # the cast of a null is null: the same check
+            d = null_guard_sql(d, [d], DIFF, op, zero="0L")
+        out = dfs[0]
+        for other in dfs[1:]:
+            out = out.unionByName(other)
+        if consolidate:
+            return consolidate_sql(out, first.data_cols, t, d)
+        return out.selectExpr(*map(quoted, first.data_cols), f"{t} AS {quoted(TIME)}", f"{d} AS {quoted(DIFF)}")
     for d, cs, e in zip(dfs, schemas, entries):
         d = checked(d, cs, op)
         part = d.select(*qcols(first.data_cols), e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
