@@ -542,7 +542,8 @@ class _Trace:
             # within a key in time order: what a reduction's sweep reads (kernels.extremum)
             kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if _TIME_LEAF.fullmatch(c)])
             if kept is not None:
-                return dataclasses.replace(kept, table=conform(kept.table, self.schema), _values={})
+                # conform casts at most: the int64 values kept for KeySorted.values stay the same
+                return dataclasses.replace(kept, table=conform(kept.table, self.schema))
         cols = [c for c in table.column_names if c != "_d"]
         return conform(_consolidate(table, cols, diff="_d"), self.schema)
 

@@ -73,7 +73,7 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
     """``table`` (kernel columns: ``key``, ``data``, ``time``, ``diff``; or a
     :class:`~spark_differential.kernels.native.KeySorted` of them sorted by key and then
     time) prepared for :func:`join_fixed`, or ``None`` where its key columns are not
-    integers without nulls that pack into one int64.
+    integers without nulls that pack into one int64, or it sums to nothing.
 
     >>> import pyarrow as pa
     >>> f = prepare(pa.table({"_k0": [1, 1, 1], "_b0": [7, 7, 8], "_t0": [0, 5, 2], "_d": [1, -1, 1]}), ["_k0"], ["_b0"])
