@@ -328,7 +328,7 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     code = np.zeros(n, dtype=np.int64)
     for c, a, s in zip(cols, lo, size):
         np.multiply(code, s, out=code)
-        code += arrays[c]
+        code += arrays[c].astype(np.int64, copy=False)
         code -= a
     order = np.argsort(code, kind="stable")
     code = code[order]
