@@ -31,6 +31,9 @@ data); here the whole loop is one task of one job:
   each group's loop run on a thread of the task.
 * Each operator's trace is kept in batches consolidated and sorted by the operator's
   key, so an iteration finds the trace rows of the keys it touches by binary search.
+* A join of the loop's updates with an outer collection reads, from iteration 1 on,
+  that collection's trace prepared once (:mod:`spark_differential.kernels.fixed_join`:
+  it no longer changes), not its touched rows gathered and numbered again.
 * **The answer** (``(data, time, diff)`` at the outer times): when it has at most
   :data:`LOCAL_RESULT_ROWS` rows (:data:`LOCAL_RESULT_BYTES`), the task marks them and
   they come back to the driver with the job's observed metrics (kept on the JVM); the
