@@ -31,6 +31,9 @@ data); here the whole loop is one task of one job:
   each group's loop run on a thread of the task.
 * Each operator's trace is kept in batches consolidated and sorted by the operator's
   key, so an iteration finds the trace rows of the keys it touches by binary search.
+* A join of the loop's updates with an outer collection reads, from iteration 1 on,
+  that collection's trace prepared once (:mod:`spark_differential.kernels.fixed_join`:
+  it no longer changes), not its touched rows gathered and numbered again.
 * **The answer** (``(data, time, diff)`` at the outer times): when it has at most
   :data:`LOCAL_RESULT_ROWS` rows (:data:`LOCAL_RESULT_BYTES`), the task marks them and
   they come back to the driver with the job's observed metrics (kept on the JVM); the
@@ -479,6 +482,9 @@ class _Trace:
     schema: pa.Schema
     key: tuple[str, ...] = ()
     batches: list[Any] = field(default_factory=list)  # pa.Table, or native.KeySorted
+    # the trace prepared as a join's side that no longer changes (kernels.fixed_join.Fixed;
+    # False: it cannot be), made on first use and dropped when a batch is added
+    fixed: Any = None
 
     @staticmethod
     def _rows(batch: Any) -> pa.Table:
@@ -523,6 +529,7 @@ class _Trace:
         """Keep a batch made by :meth:`batch` (as old updates from now on)."""
         if self._rows(batch).num_rows == 0:
             return
+        self.fixed = None
         self.batches.append(batch)
         # merge the newest batches while an older one is at most twice their size
         while len(self.batches) > 1 and self._rows(self.batches[-2]).num_rows <= 2 * self._rows(self.batches[-1]).num_rows:
@@ -539,7 +546,8 @@ class _Trace:
             # within a key in time order: what a reduction's sweep reads (kernels.extremum)
             kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if _TIME_LEAF.fullmatch(c)])
             if kept is not None:
-                return dataclasses.replace(kept, table=conform(kept.table, self.schema), _values={})
+                # conform casts at most: the int64 values kept for KeySorted.values stay the same
+                return dataclasses.replace(kept, table=conform(kept.table, self.schema))
         cols = [c for c in table.column_names if c != "_d"]
         return conform(_consolidate(table, cols, diff="_d"), self.schema)
 
@@ -579,6 +587,8 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         out = conform(traced, step.out_schema)
         if consolidated is not None:
             consolidated.add(step.name)
+    elif (joined := _fixed_join(step, news, olds)) is not None:
+        out = conform(joined, step.out_schema)
     else:
         sides = []
         for inp, new, old in zip(step.inputs, news, olds):
@@ -634,6 +644,43 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
     else:
         out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
     return None if out is None else (out, batch)
+
+
+def _fixed_join(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[_Trace | None]) -> pa.Table | None:
+    """A join of the loop's new updates with an outer collection after iteration 0 (its
+    updates all in its trace, none new: BFS's edges), by
+    :func:`spark_differential.kernels.fixed_join.join_fixed` against the trace prepared once;
+    ``None`` where that does not apply (the step then reads its trace and calls its kernel)."""
+    from .kernels.common import keys, names, times
+    from .kernels.join import JoinParams
+
+    p = step.params
+    if not (isinstance(p, JoinParams) and p.mode == "join" and p.ttype.is_total() and step.width == 1
+            and len(news) == 2):
+        return None
+    loop = [j for j in range(2) if news[j] is not None and olds[j] is None]
+    fixed = [j for j in range(2) if news[j] is None and olds[j] is not None]
+    if len(loop) != 1 or len(fixed) != 1:
+        return None
+    new, trace = news[loop[0]], olds[fixed[0]]
+    assert new is not None and trace is not None
+    if not trace.batches or trace.fixed is False:
+        return None
+    from .kernels import fixed_join
+
+    inp_new, inp_fixed = step.inputs[loop[0]], step.inputs[fixed[0]]
+    if trace.fixed is None:
+        source = trace.batches[0] if len(trace.batches) == 1 else trace.table()
+        trace.fixed = fixed_join.prepare(source, step.key_cols, names(inp_fixed.prefix, len(inp_fixed.data))) or False
+        if trace.fixed is False:
+            return None
+    out_cols = [*keys(p.nkeys), *names("_a", p.na), *names("_b", p.nb), *times(1), "_d"]
+    out = fixed_join.join_fixed(trace.fixed, new, names(inp_new.prefix, len(inp_new.data)), out_cols)
+    if out is None or not p.consolidate:
+        return out
+    from .kernels.join import consolidated
+
+    return consolidated([out], out_cols[:-1])
 
 
 def _run_concat(step: Concat, tables: dict[str, pa.Table], sources: Sequence[pa.Table], iteration: int) -> pa.Table:

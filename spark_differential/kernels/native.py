@@ -309,14 +309,17 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:
         return None
     lo, size, span = [], [], 1
+    arrays: dict[str, np.ndarray] = {}  # each column's values in its own numpy type
     for c in cols:
         col = table.column(c)
         t = col.type
         if col.null_count or not (pa.types.is_boolean(t) or pa.types.is_signed_integer(t)
                                   or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
             return None
-        bounds = pc.min_max(col.cast(pa.int64()) if pa.types.is_boolean(t) else col)
-        a, b = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        values = np.asarray(arr.to_numpy(zero_copy_only=False))
+        arrays[c] = values
+        a, b = (int(values.min()), int(values.max())) if len(values) else (0, 0)
         span *= b - a + 1
         if span >= _SAFE_SUM:
             return None
@@ -325,7 +328,7 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     code = np.zeros(n, dtype=np.int64)
     for c, a, s in zip(cols, lo, size):
         np.multiply(code, s, out=code)
-        code += _int_values(table.column(c))  # type: ignore[operator]
+        code += arrays[c].astype(np.int64, copy=False)
         code -= a
     order = np.argsort(code, kind="stable")
     code = code[order]
@@ -342,6 +345,14 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
         rest_span *= s
     codes = code[starts[nonzero]] // rest_span
     del code
-    out = table.select(cols).take(pa.array(rows)).append_column(diff, pa.array(sums[nonzero], pa.int64()))
-    return KeySorted(out.select(table.column_names), tuple(key), Radix(tuple(lo[: len(key)]), tuple(size[: len(key)])),
-                     codes)
+    # the kept rows gathered by numpy (an Arrow take of a table of several chunks, a merge's
+    # concatenation, costs several times more), int64 columns kept for KeySorted.values
+    kept = {c: arrays[c][rows] for c in cols}
+    known = {c: v for c, v in kept.items() if v.dtype == np.int64}
+    d = sums[nonzero].astype(np.int64, copy=False)
+    known[diff] = d
+    columns = {c: pa.array(kept[c], type=table.schema.field(c).type) for c in cols}
+    columns[diff] = pa.array(d, pa.int64())
+    out = pa.Table.from_arrays([columns[c] for c in table.column_names], schema=pa.schema(
+        [table.schema.field(c) if c != diff else pa.field(diff, pa.int64()) for c in table.column_names]))
+    return KeySorted(out, tuple(key), Radix(tuple(lo[: len(key)]), tuple(size[: len(key)])), codes, known)
