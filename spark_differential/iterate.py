@@ -1055,21 +1055,20 @@ def _plan_chunks(
     return _chunks.plan(cs.ttype, [roots, *entering], setting)
 
 
+def _settings_once(fn: Callable[..., DataFrame]) -> Callable[..., DataFrame]:
+    """``fn(df, ...)`` with the session's settings read once for the whole call (one request
+    on Spark Connect, where each read is one; see :mod:`spark_differential._conf`)."""
+
+    @functools.wraps(fn)
+    def run(df: DataFrame, *args: Any) -> DataFrame:
+        with _conf.snapshot(df.sparkSession):
+            return fn(df, *args)
+
+    return run
+
+
+@_settings_once
 def _run_loop(
-    df: DataFrame,
-    cs: CollectionSchema,
-    body: Callable[[DataFrame], DataFrame],
-    max_iterations: int | None,
-    captured: dict[tuple[int, int], DataFrame] | None,
-    progress: bool,
-) -> DataFrame:
-    """:func:`_run_loop_in` with the session's settings read once for the whole call (one
-    request on Spark Connect, where each read is one; see :mod:`spark_differential._conf`)."""
-    with _conf.snapshot(df.sparkSession):
-        return _run_loop_in(df, cs, body, max_iterations, captured, progress)
-
-
-def _run_loop_in(
     df: DataFrame,
     cs: CollectionSchema,
     body: Callable[[DataFrame], DataFrame],
