@@ -237,3 +237,22 @@ def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
     assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
     assert stage_of(tmp_path / "v") == 2
     assert jobs == [3, 3, 3, 3], jobs
+
+
+def test_a_loop_past_max_iterations_raises(recorded) -> None:
+    """``max_iterations`` counts a view's loop as the one-shot loop: a chain of 5 edges needs 5
+    iterations, so 2 raise :class:`IterationLimitExceeded` (inside the task: the update fails and
+    commits nothing)."""
+    import dataclasses
+
+    from spark_differential.errors import IterationLimitExceeded
+
+    lat, lib = LATS["int"]
+    program, kinds = recorded[("int", "bfs")]
+    new = {"roots": [((0,), 0, 1)], "edges": [((i, i + 1), 0, 1) for i in range(5)]}
+    sources = [arrow(cols, new[k], lat, "bfs", k) for cols, k in zip(program.sources, kinds)]
+    state = [sp.schema.empty_table() for sp in view_loop.specs(program)]
+    out, _ = view_loop.loop_update(dataclasses.replace(program, max_iterations=7), sources, state, lib, [(1,)])
+    assert sorted(as_updates(out, lat, 1)) == [((i, i), 0, 1) for i in range(6)]
+    with pytest.raises(IterationLimitExceeded, match="max_iterations=2"):
+        view_loop.loop_update(dataclasses.replace(program, max_iterations=2), sources, state, lib, [(1,)])
