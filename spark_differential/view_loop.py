@@ -26,6 +26,8 @@ fixed point); once ``i + 1 >= M`` and ``Δv_{i+1} = Δv_i``, every later iterati
 same inputs and gives the same change, so ``Δv_∞ = Δv_i``: the change of the loop's
 fixed point, which the loop returns.  The new state is ``B'_i = B_i + D_i - D_{i-1}``
 (so that ``O'_i = O_i + D_i``), advanced to the new frontier and consolidated.
+Changes at times in the future of the new frontier are held back (stored with the
+traces, fed by the update whose frontier passes them: :func:`loop_update`).
 
 Why that is exact at every time of interest: after ``advance`` each ``O_i`` accumulates
 to the true old input of iteration ``i`` at every time in the future of the frontier
@@ -127,12 +129,33 @@ def _advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf
     return _consolidate(table, [c for c in table.column_names if c != diff], diff=diff)
 
 
+def _early(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], width: int) -> Any:
+    """Which rows of a loop source (time leaves ``leaves(width)``) are at times in the future of
+    ``frontier`` (a numpy mask)."""
+    from .local_loop import leaves
+
+    mask = np.zeros(table.num_rows, dtype=bool)
+    if table.num_rows and frontier:
+        t = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in leaves(width)])
+        for f in frontier:
+            mask |= ttype.np_leq(np.asarray(f, dtype=np.int64)[None, :], t)
+    return mask
+
+
 def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Table], ttype: TimeType,
-                frontier: Sequence[Leaves]) -> tuple[pa.Table, list[pa.Table]]:
+                frontier: Sequence[Leaves]) -> tuple[pa.Table, list[pa.Table], list[pa.Table]]:
     """One update of a loop kept in a view (the module docstring): ``sources`` are the changes of
     the roots (first) and of the outer collections, ``state`` the stored traces (one table per
-    :func:`specs` entry).  Returns the change of the loop's fixed point (``program.roots``'
-    columns, consolidated) and the new state, advanced to ``frontier`` and consolidated."""
+    :func:`specs` entry), ``frontier`` the view's new frontier.  Returns the change of the loop's
+    fixed point (``program.roots``' columns, consolidated), the new state, advanced to ``frontier``
+    and consolidated, and the changes of each source held back (see below).
+
+    Changes at times in the future of ``frontier`` are **held back**: they are returned, not fed
+    to the loop, and the caller passes them again with the next update's changes.  They cannot
+    change the loop's output at times the update returns (an input at time ``t`` changes the
+    output at times in the future of ``t`` only), and until their time is complete the loop
+    would see a collection no one-shot run sees (a retraction delivered before its insertion:
+    a negative edge, over which a loop such as reachability need not reach a fixed point)."""
     from .errors import IterationLimitExceeded
     from .kernels.common import NEW, D, conform, times
     from .local_loop import (
@@ -151,6 +174,13 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     steps = [_unconsolidated(s) for s in program.steps]
     spec_list = specs(program)
     width = program.width
+    held = []
+    due = []
+    for src in sources:
+        mask = _early(src, ttype, frontier, width)
+        held.append(src.filter(pa.array(mask)))
+        due.append(src.filter(pa.array(~mask)) if mask.any() else src)
+    sources = due
     cols = [*program.data, *leaves(width), DIFF]
     stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
     last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
@@ -217,7 +247,7 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
         parts = pieces[(sp.step, sp.input)]
         table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
         new_state.append(conform(_advanced(table, ttype, frontier, times(width), D), sp.schema))
-    return dv, new_state
+    return dv, new_state, held
 
 
 def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
@@ -234,10 +264,11 @@ def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
-         schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+         held_tags: Sequence[str], schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of a loop's update: read the sources' changes (``SRC`` ``0 ..
-    n-1``) and the stored traces (``n ..``), run :func:`loop_update`, and yield the loop's change
-    (kind ``out_tag``) and the new traces (kinds ``tags``)."""
+    n-1``: the update's and those held back before) and the stored traces (``n ..``), run
+    :func:`loop_update`, and yield the loop's change (kind ``out_tag``), the new traces (kinds
+    ``tags``) and the changes held back (kinds ``held_tags``, one per source)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -256,8 +287,8 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             part = table.filter(pc.equal(src, n + k))
             state.append(pa.Table.from_arrays([part.column(_tag(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
-        out, new_state = loop_update(program, sources, state, ttype, frontier)
-        for t, rows in [(out_tag, out), *zip(tags, new_state)]:
+        out, new_state, held = loop_update(program, sources, state, ttype, frontier)
+        for t, rows in [(out_tag, out), *zip(tags, new_state), *zip(held_tags, held)]:
             if rows.num_rows:
                 yield from _wide(rows, t, schema).to_batches()
 
@@ -336,20 +367,25 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
             return spark.createDataFrame([], user)
     spec_list = specs(program)
     schemas = [_spark_schema(sp.schema) for sp in spec_list]
+    n = len(sources)
+    parts = [local_loop.tag_source(src, j, [c for c in cols if c not in (DIFF, *local_loop.leaves(program.width))],
+                                   cs.ttype) for j, (src, cols) in enumerate(zip(sources, program.sources))]
+    # each source's changes held back (at times in the future of the frontier: loop_update), as the task reads them
+    held_schemas = [T.StructType([f for f in p.schema.fields if f.name != local_loop.SRC]) for p in parts]
     slot = len(run.operators)
-    me = Operator("dd_iterate", tuple(schemas), (LOOP,) * len(schemas))
+    me = Operator("dd_iterate", (*schemas, *held_schemas), (LOOP,) * (len(schemas) + n))
     run.operators.append(me)
     if run.probe:
         return spark.createDataFrame([], user)
     run._check(slot, me)
 
     # one task: the changes of the sources and the stored traces in, the loop's change and the new traces out
-    n = len(sources)
     tags = [tag(slot, k) for k in range(len(spec_list))]
+    held_tags = [tag(slot, len(spec_list) + j) for j in range(n)]
     union = None
-    for j, (src, cols) in enumerate(zip(sources, program.sources)):
-        part = local_loop.tag_source(src, j, [c for c in cols if c not in (DIFF, *local_loop.leaves(program.width))],
-                                     cs.ttype)
+    for j, (part, t, schema) in enumerate(zip(parts, held_tags, held_schemas)):
+        before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(local_loop.SRC), *schema.names)
+        part = part.unionByName(before)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     for k, (t, schema) in enumerate(zip(tags, schemas)):
         stored = run.read(run.traces.get(t, []), schema, t)
@@ -362,15 +398,15 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
                                *[T.StructField(c, T.LongType(), True) for c in leaf_names],
                                T.StructField(DIFF, T.LongType(), True)])
     wide_fields = [T.StructField(KIND, T.StringType(), True)]
-    for t, schema in [(out_tag, out_schema), *zip(tags, schemas)]:
+    for t, schema in [(out_tag, out_schema), *zip(tags, schemas), *zip(held_tags, held_schemas)]:
         wide_fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
     wide_schema = T.StructType(wide_fields)
-    fn = task(program, cs.ttype, list(run.frontier), out_tag, tags, arrow_schema(spark, wide_schema))
+    fn = task(program, cs.ttype, list(run.frontier), out_tag, tags, held_tags, arrow_schema(spark, wide_schema))
     assert union is not None and run.write_wide is not None
     # coalesce, not repartition: the one task reads the changes and the stored traces itself (no
     # shuffle, one job less); the changes are an update's (small) and the traces must fit the task anyway
     files = run.write_wide(f"s{slot}", union.coalesce(1).mapInArrow(fn, wide_schema))
-    for t in tags:
+    for t in [*tags, *held_tags]:
         run.replaced[t] = [files[t]] if t in files else []
     out = run.read([files[out_tag]] if out_tag in files else [], out_schema, out_tag)
     sql_type = integral_sql(cs.ttype)
