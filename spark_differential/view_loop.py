@@ -235,7 +235,7 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
     put in ``pieces``.  Returns the change of the loop's fixed point."""
     from .errors import IterationLimitExceeded
-    from .kernels.common import NEW, D, conform
+    from .kernels.common import NEW, conform
     from .local_loop import (
         Stateful,
         _concat,
