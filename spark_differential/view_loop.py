@@ -34,6 +34,11 @@ to the true old input of iteration ``i`` at every time in the future of the fron
 (seed 004); the changes are all in its future; so every ``Δv_i`` accumulates to the true
 change there and to nothing elsewhere, as for any stage-2 operator.
 
+An update over an empty stored state (a view's first update) is run **semi-naively**
+instead (:func:`_first`): the in-task loop over the changes, each iteration fed only the
+loop variable's change, its steps' new updates kept as the new state; the same answer
+and state, at the cost of the loop's changes rather than iterations x its size.
+
 The work of an update follows the changes: each iteration's kernels see the
 accumulated changes ``D_i`` and the stored rows of the keys they touch (found by
 binary search in ``O_i``, kept sorted by key).  The whole state is read by, and
