@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--history", type=int, default=100, help="updates whose changes make the first update")
     ap.add_argument("--later", type=int, default=5, help="updates after the first")
     ap.add_argument("--changes", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=1, help="updates' changes each later update holds (default 1)")
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
@@ -69,8 +70,8 @@ def main() -> int:
 
     program, sources = view_loop.record(start, inspect(start, op="bench"), body, None)
     kinds = ["roots" if "dst" not in s.columns else "edges" for s in sources]
-    ups = edge_updates(args.nodes, args.edges, args.changes * (args.history + args.later), batch=args.changes,
-                       seed=args.seed)
+    ups = edge_updates(args.nodes, args.edges, args.changes * (args.history + args.later * args.batch),
+                       batch=args.changes, seed=args.seed)
     lib = L.Total()
 
     def source(kind: str, lo: int, hi: int, cols: tuple[str, ...]) -> pa.Table:
@@ -97,7 +98,8 @@ def main() -> int:
     view_loop.loop_update(program, [source(k, 1, 2, cols) for k, cols in zip(kinds, program.sources)], state, lib, [(2,)])
     state = empty
     print(json.dumps({"library": os.path.dirname(sd.__file__)}), flush=True)
-    spans = [(0, args.history + 1)] + [(t, t + 1) for t in range(args.history + 1, args.history + 1 + args.later)]
+    spans = [(0, args.history + 1)] + [(t, t + args.batch) for t in
+                                        range(args.history + 1, args.history + 1 + args.later * args.batch, args.batch)]
     results = []
     for lo, hi in spans:
         srcs = [source(k, lo, hi, cols) for k, cols in zip(kinds, program.sources)]
