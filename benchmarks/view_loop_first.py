@@ -42,8 +42,6 @@ def main() -> int:
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
-    ap.add_argument("--naive-later", action="store_true",
-                    help="later updates through view_loop._resumed (naive in iterations), not _resumed_seminaive")
     ap.add_argument("--spark", action="store_true",
                     help="through a view (sd.incremental, stage 2) instead: CPU seconds of the process tree and jobs")
     args = ap.parse_args()
@@ -70,8 +68,6 @@ def main() -> int:
                 .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
                 .dd_concat(start, consolidate=False).dd_min(by="node", col="dist"))
 
-    if args.naive_later:
-        view_loop.SEMINAIVE_LATER = False
     program, sources = view_loop.record(start, inspect(start, op="bench"), body, None)
     kinds = ["roots" if "dst" not in s.columns else "edges" for s in sources]
     ups = edge_updates(args.nodes, args.edges, args.changes * (args.history + args.later * args.batch),

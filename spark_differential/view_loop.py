@@ -61,7 +61,6 @@ from .lattice import Leaves, TimeType
 np = lazy("numpy")
 pa = lazy("pyarrow")
 
-SEMINAIVE_LATER = True  # later updates semi-naive too (_resumed_seminaive); False: _resumed
 IT = "_sd_it"  # the iteration a stored trace row entered its step at
 LOOP = "loop"  # what a loop's traces hold (traces.Operator.sides): per-iteration updates, rewritten whole
 
@@ -181,7 +180,7 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     if last == -1:
         dv = _first(program, steps, due, pieces)
     else:
-        dv = (_resumed_seminaive if SEMINAIVE_LATER else _resumed)(program, steps, due, stored, last, pieces)
+        dv = _resumed(program, steps, due, stored, last, pieces)
     new_state = []
     for sp in spec_list:
         parts = pieces[(sp.step, sp.input)]
@@ -308,121 +307,6 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
             raise IterationLimitExceeded.of(program.max_iterations, i, nxt.num_rows)
         dv = nxt
     return dv
-
-
-def _flagged(table: pa.Table, new: bool, schema: pa.Schema) -> pa.Table:
-    """Kernel rows with their ``_new`` flag set to ``new``."""
-    from .kernels.common import NEW, conform
-
-    flags = pa.array(np.full(table.num_rows, new))
-    if NEW in table.column_names:
-        table = table.set_column(table.schema.get_field_index(NEW), NEW, flags)
-    else:
-        table = table.append_column(NEW, flags)
-    return conform(table, schema)
-
-
-def _resumed_seminaive(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
-                       stored: dict[tuple[int, int], dict[int, pa.Table]], last: int,
-                       pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
-    """:func:`_resumed` semi-naively: iteration ``i`` feeds each step input only
-    ``δ_i = D_i - D_{i-1}`` (the loop variable's ``δv_i = Δv_i - Δv_{i-1}`` through its relation;
-    an outer collection's change at iteration 0 only) and computes each step's output change
-    ``[F(O_i + D_i) - F(O_i)] - [F(O_{i-1} + D_{i-1}) - F(O_{i-1})]`` (two kernel calls) on the keys
-    where it can be nonzero: those of ``δ_i``, and those where the stored ``B_i`` meets ``D_{i-1}``
-    (elsewhere ``O_i = O_{i-1}`` and ``D_i = D_{i-1}``, or ``D_i = D_{i-1} = 0``).  The linear steps
-    carry it to ``δv_{i+1}``; the loop stops past ``last`` at the first empty ``δv_{i+1}``
-    (``Δv_{i+1} = Δv_i``) and returns ``Δv_0 + δv_1 + ... + δv_i``.  New state: ``B_i + δ_i``."""
-    from .errors import IterationLimitExceeded
-    from .kernels.common import NEW, D, conform
-    from .local_loop import (
-        Stateful,
-        _concat,
-        _consolidate,
-        _kernel_input,
-        _relation,
-        _run_concat,
-        _touching,
-        _Trace,
-        leaves,
-        user_named,
-    )
-
-    width = program.width
-    cols = [*program.data, *leaves(width), DIFF]
-    olds: dict[tuple[int, int], _Trace] = {}  # O_{i-1}: B_0 .. B_{i-1}
-    acc: dict[tuple[int, int], _Trace] = {}  # D_{i-1}: δ_0 .. δ_{i-1}
-    for s, step in enumerate(steps):
-        if isinstance(step, Stateful):
-            for k, inp in enumerate(step.inputs):
-                olds[(s, k)] = _Trace(inp.schema, step.key_cols)
-                acc[(s, k)] = _Trace(inp.schema, step.key_cols)
-    dv0 = conform(_consolidate(conform(sources[0], program.roots), cols[:-1]), program.roots)
-    parts = [dv0]
-    dv = dv0
-    i = 0
-    while True:
-        tables = {"v": dv}
-        for s, step in enumerate(steps):
-            if not isinstance(step, Stateful):
-                tables[step.name] = _run_concat(step, tables, sources, i)  # outer parts: at iteration 0 only
-                continue
-            key = list(step.key_cols)
-            deltas, bs = [], []
-            for k, inp in enumerate(step.inputs):
-                if inp.relation is None:
-                    delta = _kernel_input(sources[inp.source], inp, True, width) if i == 0 else inp.schema.empty_table()
-                else:
-                    delta = _kernel_input(_relation(inp.relation, tables), inp, True, width)
-                b = stored[(s, k)].get(i)
-                b = _flagged(b, False, inp.schema) if b is not None else inp.schema.empty_table()
-                deltas.append(delta)
-                bs.append(b)
-                if delta.num_rows:
-                    pieces[(s, k)].append(_piece(delta, i))
-                if b.num_rows:
-                    pieces[(s, k)].append(_piece(b, i))
-            # the keys where the step's output change can differ from the last iteration's
-            touched = [t.select(key) for t in deltas if t.num_rows]
-            present_b = [t for t in bs if t.num_rows]
-            if present_b:
-                for k in range(len(step.inputs)):
-                    met = acc[(s, k)].touching(present_b)
-                    if met.num_rows:
-                        touched.append(met.select(key))
-            if not touched:
-                out = step.out_schema.empty_table()
-            else:
-                keys_ = pa.concat_tables([conform(t, touched[0].schema) for t in touched])
-                now, before_ = [], []
-                for k, inp in enumerate(step.inputs):
-                    o = olds[(s, k)].touching([keys_])
-                    d = _flagged(acc[(s, k)].touching([keys_]), True, inp.schema)
-                    now.append(_concat([o, _touching(bs[k], [keys_], key), d, _touching(deltas[k], [keys_], key)],
-                                       inp.schema))
-                    before_.append(_concat([o, d], inp.schema))
-                x = conform(step.kernel(step.params, *now), step.out_schema)
-                if any(t.column(NEW).to_numpy(zero_copy_only=False).any() for t in before_ if t.num_rows):
-                    y = conform(step.kernel(step.params, *before_), step.out_schema)
-                    out = pa.concat_tables([x, conform(_negated(y, D), step.out_schema)])
-                else:
-                    out = x
-            for k in range(len(step.inputs)):
-                olds[(s, k)].add(bs[k])
-                acc[(s, k)].add(deltas[k])
-            tables[step.name] = user_named(step, out)
-        out_rel = _relation(program.output, tables).rename_columns(cols)
-        if i == 0:
-            out_rel = pa.concat_tables([conform(out_rel, program.roots), conform(_negated(dv0, DIFF), program.roots)])
-        nxt = conform(_consolidate(out_rel, cols[:-1]), program.roots)
-        if i + 1 > last and nxt.num_rows == 0:
-            break
-        i += 1
-        if program.max_iterations is not None and i >= program.max_iterations:
-            raise IterationLimitExceeded.of(program.max_iterations, i, nxt.num_rows)
-        parts.append(nxt)
-        dv = nxt
-    return conform(_consolidate(pa.concat_tables(parts), cols[:-1]), program.roots)
 
 
 def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:

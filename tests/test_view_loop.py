@@ -192,39 +192,6 @@ def test_state_is_the_loops_live_size_not_its_history(recorded) -> None:
     assert max(sizes[5:]) <= max(sizes[:5]), sizes
 
 
-@pytest.mark.parametrize("body", sorted(BODIES))
-@pytest.mark.parametrize("name", sorted(LATS))
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10**6))
-def test_later_updates_semi_naive_and_naive_agree(recorded, name: str, body: str, seed: int) -> None:
-    """An update against a stored state, semi-naive (``view_loop._resumed_seminaive``) and naive
-    (``view_loop._resumed``), in lockstep over random splits: the same change of the fixed
-    point and the same stored state at every update."""
-    lat, lib = LATS[name]
-    program, kinds = recorded[(name, body)]
-    program = dataclasses.replace(program, max_iterations=100)
-    rng = random.Random(seed)
-    inputs = random_inputs(rng, lat, 6)
-    steps = schedule(rng, lat, inputs, rng.randint(2, 5), 6)
-    states = {flag: [sp.schema.empty_table() for sp in view_loop.specs(program)] for flag in (True, False)}
-    helds: dict[bool, Any] = {True: None, False: None}
-    for upto, new in steps:
-        frontier = [lib.encode_value(f) for f in upto]
-        outs = {}
-        for flag in (True, False):
-            sources = [arrow(cols, new[k], lat, body, k) for cols, k in zip(program.sources, kinds)]
-            if helds[flag] is not None:
-                sources = [pa.concat_tables([h, src]) for h, src in zip(helds[flag], sources)]
-            view_loop.SEMINAIVE_LATER = flag
-            try:
-                outs[flag], states[flag], helds[flag] = view_loop.loop_update(program, sources, states[flag], lib, frontier)
-            finally:
-                view_loop.SEMINAIVE_LATER = True
-        assert sorted_rows(outs[True]).equals(sorted_rows(outs[False]))
-        for a, b in zip(states[True], states[False]):
-            assert sorted_rows(a).equals(sorted_rows(b))
-
-
 def sorted_rows(table: pa.Table) -> pa.Table:
     return table.sort_by([(c, "ascending") for c in table.column_names])
 
