@@ -553,14 +553,17 @@ class _Trace:
 
 
 def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[_Trace],
-              iteration: int, consolidated: set[str] | None = None) -> pa.Table:
+              iteration: int, consolidated: set[str] | None = None,
+              record: Callable[[int, pa.Table], None] | None = None) -> pa.Table:
     """One stateful step of iteration ``iteration``: its kernel over this iteration's new
     updates and the trace rows of the keys they touch; the new updates join the traces.
 
     An outer source enters as new updates at iteration 0 and is kept in its input's
     trace, the old updates of every later iteration.  ``consolidated`` (when given) gets
     the step's name when its output is known consolidated (a traced ``dd_min``/``dd_max``:
-    one row per key, time and value, none with a zero diff)."""
+    one row per key, time and value, none with a zero diff).  ``record`` (when given) is
+    called with each input's index and the new updates it receives at this iteration
+    (kernel columns, not consolidated; inputs receiving none are skipped)."""
     from .kernels.common import conform
 
     news: list[pa.Table | None] = []
@@ -578,6 +581,10 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         news.append(new)
         olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
+    if record is not None:
+        for k, n in enumerate(news):
+            if n is not None and n.num_rows:
+                record(k, n)
     traced = None
     batch = None  # the one loop input's new updates as its trace's next batch, made once (traced extremum)
     if not any(n.num_rows for n in present):
@@ -913,10 +920,15 @@ def _chunk_groups(sources: Sequence[pa.Table], ch: Chunking, n: int) -> list[lis
     return groups
 
 
-def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int]]:
+def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table],
+          record: Callable[[int, int, int, pa.Table], None] | None = None) -> tuple[pa.Table, list[int]]:
     """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
     consolidated (chunked form when the steps are chunked), changes per iteration)``; the
-    result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop."""
+    result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop.
+
+    ``record`` (when given) is called as ``record(step, input, iteration, rows)`` with the
+    new updates every input of every stateful step (``steps[step]``) receives at every
+    iteration (:func:`_run_step`): what a view's loop stores (:mod:`spark_differential.view_loop`)."""
     from .kernels.common import conform
 
     cols = [*program.data, *leaves(program.width), DIFF]
@@ -929,9 +941,10 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
     while True:
         tables = {"v": v}
         consolidated: set[str] = set()
-        for step in steps:
+        for s, step in enumerate(steps):
             if isinstance(step, Stateful):
-                tables[step.name] = _run_step(step, tables, sources, traces[step.name], i, consolidated)
+                hook = None if record is None else (lambda k, rows, s=s, i=i: record(s, k, i, rows))
+                tables[step.name] = _run_step(step, tables, sources, traces[step.name], i, consolidated, hook)
             else:
                 tables[step.name] = _run_concat(step, tables, sources, i)
         out = conform(_relation(program.output, tables).rename_columns(cols), program.roots)

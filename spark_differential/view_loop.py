@@ -34,6 +34,11 @@ to the true old input of iteration ``i`` at every time in the future of the fron
 (seed 004); the changes are all in its future; so every ``Δv_i`` accumulates to the true
 change there and to nothing elsewhere, as for any stage-2 operator.
 
+An update over an empty stored state (a view's first update) is run **semi-naively**
+instead (:func:`_first`): the in-task loop over the changes, each iteration fed only the
+loop variable's change, its steps' new updates kept as the new state; the same answer
+and state, at the cost of the loop's changes rather than iterations x its size.
+
 The work of an update follows the changes: each iteration's kernels see the
 accumulated changes ``D_i`` and the stored rows of the keys they touch (found by
 binary search in ``O_i``, kept sorted by key).  The whole state is read by, and
@@ -156,8 +161,86 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     output at times in the future of ``t`` only), and until their time is complete the loop
     would see a collection no one-shot run sees (a retraction delivered before its insertion:
     a negative edge, over which a loop such as reachability need not reach a fixed point)."""
+    from .kernels.common import D, conform, times
+    from .local_loop import Stateful, _unconsolidated
+
+    steps = [_unconsolidated(s) for s in program.steps]
+    spec_list = specs(program)
+    held = []
+    due = []
+    for src in sources:
+        mask = _early(src, ttype, frontier, program.width)
+        held.append(src.filter(pa.array(mask)))
+        due.append(src.filter(pa.array(~mask)) if mask.any() else src)
+    stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
+    last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
+    # the new state's rows, for every input of every stateful step
+    pieces: dict[tuple[int, int], list[pa.Table]] = {
+        (s, k): [] for s, step in enumerate(steps) if isinstance(step, Stateful) for k in range(len(step.inputs))}
+    if last == -1:
+        dv = _first(program, steps, due, pieces)
+    else:
+        dv = _resumed(program, steps, due, stored, last, pieces)
+    new_state = []
+    for sp in spec_list:
+        parts = pieces[(sp.step, sp.input)]
+        table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
+        new_state.append(conform(_advanced(table, ttype, frontier, times(program.width), D), sp.schema))
+    return dv, new_state, held
+
+
+def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
+    """A step input's kernel rows (``_new`` dropped) as rows of its stored trace at iteration ``i``."""
+    from .kernels.common import NEW, D
+
+    rows = table.drop_columns([NEW]) if NEW in table.column_names else table
+    rows = _negated(rows, D) if negate else rows
+    return rows.append_column(IT, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
+
+
+def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
+           pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
+    """A loop's update over an empty stored state (a view's first update), **semi-naively**: the
+    in-task loop (:func:`spark_differential.local_loop._loop`, no time chunks) over the changes,
+    each iteration feeding its steps only the loop variable's change, and the new updates every
+    stateful step input receives at iteration ``i`` kept as the new state's ``B'_i`` (in
+    ``pieces``).  Returns the loop's fixed point over the changes (the change of the old one,
+    which was empty), consolidated.
+
+    Why those updates are the state :func:`_resumed` would write: with ``O = 0`` its ``D_i`` is
+    the step input's whole value at iteration ``i``, ``rel(v_i)`` for an input over the loop's
+    relation ``rel`` (``v_i`` the loop variable: ``v_0`` the roots, ``v_{i+1} = body(v_i)``) plus
+    the outer collection ``c`` where the input reads one, and ``B'_i = D_i - D_{i-1}``.  The steps
+    between ``dd_*`` calls are linear, so ``B'_i = rel(v_i - v_{i-1})`` for ``i >= 1`` (``c - c``
+    cancels) and ``B'_0 = rel(v_0) + c``: exactly the semi-naive input of iteration ``i`` (the
+    loop variable's change ``v_i - v_{i-1}`` as new updates, an outer collection entering at
+    iteration 0 only).  Both loops stop at the first ``i`` with ``v_{i+1} = v_i`` (an empty
+    change) and count ``max_iterations`` alike, so the stored iterations, the returned fixed
+    point and :class:`~spark_differential.errors.IterationLimitExceeded` are the same (the state
+    equal once consolidated); only the work differs: the sum over the iterations of the loop
+    variable's changes instead of its whole values (iterations x state)."""
     from .errors import IterationLimitExceeded
-    from .kernels.common import NEW, D, conform, times
+    from .kernels.common import conform
+    from .local_loop import _consolidate, _loop
+
+    def record(s: int, k: int, i: int, rows: pa.Table) -> None:
+        pieces[(s, k)].append(_piece(rows, i))
+
+    result, history = _loop(program, steps, sources, record)
+    if history[-1]:  # max_iterations stopped the loop
+        raise IterationLimitExceeded.of(program.max_iterations, len(history), history[-1])
+    return conform(_consolidate(result, program.roots.names[:-1]), program.roots)
+
+
+def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
+             stored: dict[tuple[int, int], dict[int, pa.Table]], last: int,
+             pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
+    """A loop's update against a stored state (``stored``: each step input's rows by iteration,
+    ``last`` its last iteration), as the module docstring says: each iteration's steps over the
+    accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
+    put in ``pieces``.  Returns the change of the loop's fixed point."""
+    from .errors import IterationLimitExceeded
+    from .kernels.common import NEW, conform
     from .local_loop import (
         Stateful,
         _concat,
@@ -166,24 +249,12 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
         _relation,
         _run_concat,
         _Trace,
-        _unconsolidated,
         leaves,
         user_named,
     )
 
-    steps = [_unconsolidated(s) for s in program.steps]
-    spec_list = specs(program)
     width = program.width
-    held = []
-    due = []
-    for src in sources:
-        mask = _early(src, ttype, frontier, width)
-        held.append(src.filter(pa.array(mask)))
-        due.append(src.filter(pa.array(~mask)) if mask.any() else src)
-    sources = due
     cols = [*program.data, *leaves(width), DIFF]
-    stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
-    last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
     traces: dict[tuple[int, int], _Trace] = {}
     outer: dict[tuple[int, int], pa.Table] = {}  # an outer collection's change, entering at every iteration
     for s, step in enumerate(steps):
@@ -192,22 +263,15 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
                 traces[(s, k)] = _Trace(inp.schema, step.key_cols)
                 if inp.relation is None:
                     outer[(s, k)] = _kernel_input(sources[inp.source], inp, True, width)  # type: ignore[index]
-    pieces: dict[tuple[int, int], list[pa.Table]] = {key: [] for key in traces}  # the new state's rows
     before: dict[tuple[int, int], pa.Table | None] = dict.fromkeys(traces)  # D_{i-1}
-
-    def piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
-        rows = table.drop_columns([NEW]) if NEW in table.column_names else table
-        rows = _negated(rows, D) if negate else rows
-        return rows.append_column(IT, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
-
     dv = conform(_consolidate(conform(sources[0], program.roots), cols[:-1]), program.roots)
     i = 0
     while True:
         for key, trace in traces.items():
             old = stored[key].get(i)
             if old is not None:
-                pieces[key].append(piece(old, i))
-                inp = steps[key[0]].inputs[key[1]]  # type: ignore[union-attr]
+                pieces[key].append(_piece(old, i))
+                inp = steps[key[0]].inputs[key[1]]
                 trace.add(conform(old.append_column(NEW, pa.array(np.zeros(old.num_rows, dtype=bool))), inp.schema))
         tables = {"v": dv}
         for s, step in enumerate(steps):
@@ -222,10 +286,10 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
                     new = _kernel_input(_relation(inp.relation, tables), inp, True, width)
                 news.append(new)
                 if new.num_rows:
-                    pieces[(s, k)].append(piece(new, i))
+                    pieces[(s, k)].append(_piece(new, i))
                 prev = before[(s, k)]
                 if prev is not None and prev.num_rows:
-                    pieces[(s, k)].append(piece(prev, i, negate=True))
+                    pieces[(s, k)].append(_piece(prev, i, negate=True))
                 before[(s, k)] = new
             present = [n for n in news if n.num_rows]
             if not present:
@@ -242,12 +306,7 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
         if program.max_iterations is not None and i >= program.max_iterations:
             raise IterationLimitExceeded.of(program.max_iterations, i, nxt.num_rows)
         dv = nxt
-    new_state = []
-    for sp in spec_list:
-        parts = pieces[(sp.step, sp.input)]
-        table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
-        new_state.append(conform(_advanced(table, ttype, frontier, times(width), D), sp.schema))
-    return dv, new_state, held
+    return dv
 
 
 def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
