@@ -697,7 +697,7 @@ class IncrementalView:
         version = (state.version if state is not None else 0) + 1
         directory = f"v{version:08d}-{uuid.uuid4().hex[:8]}"
         if state is None:
-            stage, bucketing, operators = self._stage(op, schemas, ttype)
+            stage, bucketing, operators = self._stage(op, schemas, ttype, [v[2] for v in new.values()])
         else:
             stage, bucketing, operators = state.stage, state.buckets, state.operators
             if self.stage is not None and self.stage != stage:
@@ -773,19 +773,21 @@ class IncrementalView:
                 if n.startswith(prefix)}
 
     def _stage(
-        self, op: str, schemas: Mapping[str, T.StructType], ttype: TimeType
+        self, op: str, schemas: Mapping[str, T.StructType], ttype: TimeType, first: Sequence[DataFrame] = ()
     ) -> tuple[int, tuple[int, int], tuple[Operator, ...]]:
         """The stage a new view runs in and, for stage 2, the key buckets of its traces and its stateful operators.
 
         The query is called once on empty inputs (stateful operators return empty
         collections without running; a ``dd_iterate`` is recorded, not run) to see
         what it uses: stage 2 needs no history-dependent operator, no ``dd_iterate`` the
-        in-task path cannot run (:mod:`spark_differential.view_loop`)
+        in-task path cannot run (:mod:`spark_differential.view_loop`) or whose first update
+        (``first``: its inputs) is larger than one task may hold,
         and every stateful operator over the inputs' time type."""
         if self.stage == 1 or self.compact is False:
             return 1, (0, 0), ()
         nparts = shuffle_partitions(self.spark)
         probe = _traces.Run(self.spark, ttype, buckets(self.spark), nparts, probe=True)
+        probe.first_rows = _estimated_rows(first)
         empty = {n: self.spark.createDataFrame([], schema) for n, schema in schemas.items()}
         with recording() as history_ops, _traces.running(probe):
             self.query(**empty)
@@ -1223,6 +1225,15 @@ class IncrementalView:
         if state is not None and state.frontier:
             nxt = max(nxt, int(state.frontier[0][0]))
         return ttype.decode_value((nxt,))
+
+
+def _estimated_rows(dfs: Sequence[DataFrame]) -> int:
+    """Spark's estimate of the rows of ``dfs`` from their plans' statistics (no job; 0 where unknown)."""
+    if not dfs:
+        return 0
+    from .local_loop import _estimated_rows as estimated
+
+    return estimated(dfs)[0]
 
 
 def _late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:

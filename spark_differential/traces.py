@@ -175,6 +175,8 @@ class Run:
     # the traces of loops (spark_differential.view_loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
     loop_recording: int = 0  # > 0 while a dd_iterate body is recorded (its operators go to the recorder)
+    # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
+    first_rows: int = 0
 
     def takes(self, entries: Sequence[Entry]) -> bool:
         """Whether this run handles an operator with these inputs (not one inside a ``dd_iterate`` body)."""

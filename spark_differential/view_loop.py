@@ -44,7 +44,8 @@ accumulated changes ``D_i`` and the stored rows of the keys they touch (found by
 binary search in ``O_i``, kept sorted by key).  The whole state is read by, and
 rewritten from, the one task, so it must fit one Python worker, as an in-task loop
 does; it holds about the loop's live size (its updates per iteration, advanced), not
-its history.  A body the in-task path cannot run (an expression the translator does
+its history.  A view whose first update is larger than an in-task loop may hold
+(``spark_differential.iterate.localRows``, by Spark's estimate) stays in stage 1.  A body the in-task path cannot run (an expression the translator does
 not cover, a nested ``dd_iterate``) keeps the view in stage 1.
 """
 
@@ -423,6 +424,17 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     if cs.ttype != run.ttype:
         if run.probe:
             run.blockers.append(f"dd_iterate over {cs.ttype.describe()} times")
+            return spark.createDataFrame([], user)
+    if run.probe:
+        # the loop's state lives in one task: a first update larger than an in-task loop may hold
+        # (the one-shot path's threshold) keeps the view in stage 1, whose loop runs distributed
+        limit = local_loop.rows_setting(spark)
+        estimate = run.first_rows
+        if limit == 0 or estimate > limit:
+            why = (f"{local_loop.CONF} is 0: loops never run inside one task" if limit == 0 else
+                   f"the first update has {estimate} input rows by Spark's estimate, more than "
+                   f"{local_loop.CONF}={limit} lets one task hold")
+            run.blockers.append(f"dd_iterate ({why})")
             return spark.createDataFrame([], user)
     spec_list = specs(program)
     schemas = [_spark_schema(sp.schema) for sp in spec_list]

@@ -323,6 +323,34 @@ def test_a_loop_the_task_cannot_run_keeps_its_view_in_stage_1(spark, tmp_path) -
         sd.incremental(str(tmp_path / "w"), pmod_loop, stage=2).update(upto=1, roots=roots)
 
 
+def test_a_first_update_larger_than_one_task_keeps_a_loop_view_in_stage_1(spark, tmp_path) -> None:
+    """The loop's state lives in one task: a first update over more rows than
+    ``spark_differential.iterate.localRows`` lets one task hold (by Spark's estimate, no job)
+    keeps the view in stage 1, whose loop runs distributed, and ``stage=2`` is refused, saying
+    why; the answer is the same."""
+    def inputs() -> dict[str, DataFrame]:
+        star = spark.range(1, 40).selectExpr("0L AS src", "id AS dst", "CAST(id % 3 AS LONG) AS time", "1L AS diff")
+        return {"edges": star, "roots": spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")}
+
+    old = spark.conf.get("spark_differential.iterate.localRows", None)
+    spark.conf.set("spark_differential.iterate.localRows", "3")
+    try:
+        view = sd.incremental(str(tmp_path / "v"), bfs_view)
+        got = [((r.node, r.dist), r.time, r.diff) for r in view.update(upto=4, **inputs()).collect()]
+        assert stage_of(tmp_path / "v") == 1
+        with pytest.raises(IncrementalStateError, match=r"stage=2 was asked but the query uses dd_iterate \(the first "
+                                                        r"update has \d+ input rows by Spark's estimate, more than "
+                                                        r"spark_differential.iterate.localRows=3 lets one task hold"):
+            sd.incremental(str(tmp_path / "w"), bfs_view, stage=2).update(upto=4, **inputs())
+    finally:
+        if old is None:
+            spark.conf.unset("spark_differential.iterate.localRows")
+        else:
+            spark.conf.set("spark_differential.iterate.localRows", old)
+    e = Coll(("src", "dst"), [((0, d), d % 3, 1) for d in range(1, 40)])
+    assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
+
+
 def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
     """Counts, not timings: an update of a BFS view is one job running the loop in one task (its
     changes and stored traces read by that task, the loop's change and new traces written), then
