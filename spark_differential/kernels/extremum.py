@@ -421,7 +421,7 @@ def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
 
 
 def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Table, batches: list,
-                   key: tuple[str, ...], sorted_new: Any = None) -> pa.Table | None:
+                   key: tuple[str, ...], sorted_new: Any = None, cache: ExtremumCache | None = None) -> pa.Table | None:
     """:func:`min_max` of ``new`` (this iteration's updates, ``_new`` true) together with the
     trace rows of the keys it touches, the trace given as batches kept sorted by ``key``
     (:class:`~spark_differential.kernels.native.KeySorted`) and read in place: no table of
@@ -433,6 +433,11 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     ``sorted_new``: ``new`` as :func:`~spark_differential.kernels.native.key_sorted` gives
     it (consolidated, sorted by ``key`` and then time; ``new`` is then its table): the rows
     are not sorted again, and the caller can keep the same batch as the trace's next one.
+
+    ``cache``: the step's :class:`ExtremumCache`, which has seen every update of ``batches``
+    (and nothing else): a key's output changes come from its kept steps and the new updates
+    alone, its trace is read only where they cannot decide (the least value's count comes to
+    zero; see :func:`_cached_sweep`); the cache then holds ``new`` too.
 
     >>> import pyarrow as pa
     >>> from spark_differential.kernels import native
@@ -466,6 +471,9 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     if any(v is None for v in key_values) or any(v is None for v in cols):
         return None
     presorted = isinstance(sorted_new, KeySorted) and sorted_new.key == tuple(key) and sorted_new.table is new
+    if presorted and cache is not None:  # the steps need each key's updates in time order
+        sc, t_ = sorted_new.codes, cols[0]
+        presorted = not np.any((t_[1:] < t_[:-1]) & (sc[1:] == sc[:-1]))  # type: ignore[index]
     if presorted:
         sc = sorted_new.codes  # already in key order (and time order within a key)
         order = np.arange(len(sc), dtype=np.int64)
@@ -474,7 +482,8 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
         if radix is None:
             return None
         code, _ = radix.codes(key_values)  # type: ignore[arg-type]
-        order = np.argsort(code, kind="stable")
+        # the steps need each key's updates in time order; the sweep orders them itself
+        order = np.lexsort((cols[0], code)) if cache is not None else np.argsort(code, kind="stable")
         sc = code[order]
     head = np.ones(len(sc), dtype=bool)
     head[1:] = sc[1:] != sc[:-1]
@@ -483,13 +492,47 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     bound = np.append(firsts, len(sc)).astype(np.int64)
     distinct = [v[order[firsts]] for v in key_values]  # type: ignore[index]
     new_t, new_v, new_d = (v if presorted else v[order] for v in cols)  # type: ignore[index]
+    if any(b.table.num_rows and any(b.values(c) is None or pa.types.is_boolean(b.table.schema.field(c).type)
+                                    for c in ("_t0", "_a0", "_d")) for b in batches):
+        return None
+    if cache is None:
+        kj, t, v, d = _traced_sweep(*_gathered(batches, distinct, nk), new_t, new_v, new_d, bound, largest)
+    else:
+        ks = cache.slots(distinct)
+        kj, t, v, d, failed = cache.sweep(ks, new_t, new_v, new_d, bound, largest)
+        if failed.any():  # those keys' traces swept, and their steps made again
+            fj = np.nonzero(failed)[0].astype(np.int64)
+            lens = bound[fj + 1] - bound[fj]
+            total = int(lens.sum())
+            rows = np.arange(total, dtype=np.int64) + np.repeat(bound[fj] - (np.cumsum(lens) - lens), lens)
+            sub_bound = np.append(0, np.cumsum(lens)).astype(np.int64)
+            sub = (new_t[rows], new_v[rows], new_d[rows])
+            old_t, old_v, old_d, starts, counts = _gathered(batches, [x[fj] for x in distinct], len(fj))
+            kj2, t2, v2, d2 = _traced_sweep(old_t, old_v, old_d, starts, counts, *sub, sub_bound, largest)
+            cache.rebuild(ks[fj], (old_t, old_v, old_d), starts, counts, *sub, sub_bound, largest)
+            kj, t, v, d = (np.concatenate(p) for p in ((kj, fj[kj2]), (t, t2), (v, v2), (d, d2)))
+        cache.compact()
+    at = pa.array(order[bound[kj]])  # a new row of each output's key
+    out = {c: new.column(c).take(at) for c in k}
+    out["_o0"] = pa.array(v, pa.int64()).cast(new.schema.field("_a0").type).cast(out_type)
+    out["_t0"] = pa.array(t, pa.int64())
+    out["_d"] = pa.array(d, pa.int64())
+    return pa.table({c: out[c] for c in out_cols})
+
+
+def _gathered(batches: list, distinct: list[np.ndarray],
+              nk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The trace rows of keys ``distinct`` (one row per key, in key order) as
+    :func:`_traced_sweep` reads them: ``(old_t, old_v, old_d, starts, counts)``, key ``j``'s
+    rows of batch ``b`` at ``starts[b, j]:starts[b, j] + counts[b, j]``.  Every batch's
+    columns must be int64-readable (:meth:`~spark_differential.kernels.native.KeySorted.values`)."""
     nb = len(batches)
     starts = np.zeros((nb, nk), dtype=np.int64)
     counts = np.zeros((nb, nk), dtype=np.int64)
     olds: list[list[np.ndarray]] = [[], [], []]
     base = 0
     for b, batch in enumerate(batches):
-        if batch.table.num_rows == 0:
+        if batch.table.num_rows == 0 or nk == 0:
             continue
         wanted, inside = batch.radix.codes(distinct)
         lo = np.searchsorted(batch.codes, wanted, side="left")
@@ -502,18 +545,469 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
         excl = np.cumsum(cnt) - cnt
         rows = np.arange(total, dtype=np.int64) + np.repeat(lo - excl, cnt)
         for i, c in enumerate(("_t0", "_a0", "_d")):
-            values = batch.values(c)
-            if values is None or pa.types.is_boolean(batch.table.schema.field(c).type):
-                return None
-            olds[i].append(values[rows])
+            olds[i].append(batch.values(c)[rows])
         starts[b] = base + excl
         counts[b] = cnt
         base += total
     old_t, old_v, old_d = (np.concatenate(o) if o else np.zeros(0, np.int64) for o in olds)
-    kj, t, v, d = _traced_sweep(old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest)
-    at = pa.array(order[bound[kj]])  # a new row of each output's key
-    out = {c: new.column(c).take(at) for c in k}
-    out["_o0"] = pa.array(v, pa.int64()).cast(new.schema.field("_a0").type).cast(out_type)
-    out["_t0"] = pa.array(t, pa.int64())
-    out["_d"] = pa.array(d, pa.int64())
-    return pa.table({c: out[c] for c in out_cols})
+    return old_t, old_v, old_d, starts, counts
+
+
+# ---------------------------------------------------------------------------------
+# inside the in-task loop: each key's output kept between iterations
+
+
+_MAX_DELTA = 64  # a key's distinct new values per iteration above this: the sweep over its trace
+
+
+@njit(cache=True, nogil=True)
+def _hash_put(table: np.ndarray, q: np.ndarray, slots: np.ndarray, used: int) -> tuple[np.ndarray, int]:
+    """The slot of each row of ``q`` (key columns) in the open-addressed ``table`` (rows: the
+    key columns, then the slot; slot ``-1``: an empty row; a power-of-two number of rows),
+    inserting missing keys with slot ``slots[i]`` (``slots[i] < 0``: the next slot, ``used``,
+    counted up).  Returns ``(slots, used)``."""
+    cap, w = table.shape
+    nc = w - 1
+    mask = np.uint64(cap - 1)
+    n = q.shape[0]
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for c in range(nc):
+            h = (h ^ np.uint64(q[i, c])) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(29)
+        p = np.int64(h & mask)
+        while True:
+            s = table[p, nc]
+            if s < 0:
+                for c in range(nc):
+                    table[p, c] = q[i, c]
+                if slots[i] >= 0:
+                    s = slots[i]
+                else:
+                    s = used
+                    used += 1
+                table[p, nc] = s
+                out[i] = s
+                break
+            same = True
+            for c in range(nc):
+                if table[p, c] != q[i, c]:
+                    same = False
+                    break
+            if same:
+                out[i] = s
+                break
+            p = (p + 1) & (cap - 1)
+    return out, used
+
+
+@njit(cache=True, nogil=True)
+def _reserve(pt: np.ndarray, pm: np.ndarray, pc: np.ndarray, top: int,
+             need: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pool's arrays with room for ``need`` more entries after ``top``."""
+    if top + need <= len(pt):
+        return pt, pm, pc
+    size = max(2 * len(pt), top + need)
+    qt, qm, qc = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64)
+    qt[:top], qm[:top], qc[:top] = pt[:top], pm[:top], pc[:top]
+    return qt, qm, qc
+
+
+@njit(cache=True, nogil=True)
+def _store(k: int, keep: int, st: np.ndarray, sm: np.ndarray, sc: np.ndarray, nn: int, off: np.ndarray,
+           ln: np.ndarray, cp: np.ndarray, pt: np.ndarray, pm: np.ndarray, pc: np.ndarray,
+           top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Key ``k``'s steps: its first ``keep`` kept, then ``(st, sm, sc)[:nn]`` (moved to the
+    pool's end, at twice the room, when they do not fit where they are)."""
+    size = keep + nn
+    o = off[k]
+    if size > cp[k]:
+        room = max(2 * size, 4)
+        pt, pm, pc = _reserve(pt, pm, pc, top, room)
+        for i in range(keep):
+            pt[top + i], pm[top + i], pc[top + i] = pt[o + i], pm[o + i], pc[o + i]
+        o = off[k] = top
+        cp[k] = room
+        top += room
+    for i in range(nn):
+        pt[o + keep + i], pm[o + keep + i], pc[o + keep + i] = st[i], sm[i], sc[i]
+    ln[k] = size
+    return pt, pm, pc, top
+
+
+@njit(cache=True, nogil=True)
+def _cached_sweep(
+    ks: np.ndarray,
+    new_t: np.ndarray,
+    new_v: np.ndarray,
+    new_d: np.ndarray,
+    bound: np.ndarray,
+    largest: bool,
+    off: np.ndarray,
+    ln: np.ndarray,
+    cp: np.ndarray,
+    dirty: np.ndarray,
+    pt: np.ndarray,
+    pm: np.ndarray,
+    pc: np.ndarray,
+    top: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(key index, time, value, diff)`` of ``F(old + new) − F(old)`` from each key's kept
+    steps instead of its trace, for the keys where that is exact; ``failed[j]`` marks the
+    others (their steps are left as they were: the caller sweeps their trace).
+
+    Key ``j`` (cache slot ``ks[j]``) has new updates ``new_*[bound[j]:bound[j + 1]]`` in time
+    order.  Its steps ``(time, least value, count)`` at ``pt/pm/pc[off[k]:off[k] + ln[k]]``
+    say what ``F(old)`` is from each time on (count ``0``: no live value), and every value
+    below the least has count exactly zero (below the first step: no value counts).  The new
+    updates accumulated up to a time (``D``, a few values) then decide ``F(old + new)``:
+    a positive value of ``D`` below the least is the new least (its count ``D``'s), else the
+    least stays with its count plus ``D``'s.  When that count comes to zero or less, or a
+    value below the new least has a negative count, the key's other values decide: it
+    fails.  Returns the outputs, ``failed`` and the pool (``pt, pm, pc, top``)."""
+    nk = len(ks)
+    cap = 64
+    out_k = np.empty(cap, np.int64)
+    out_t = np.empty(cap, np.int64)
+    out_v = np.empty(cap, np.int64)
+    out_d = np.empty(cap, np.int64)
+    failed = np.zeros(nk, np.bool_)
+    m_out = 0
+    dv = np.empty(_MAX_DELTA + 1, np.int64)
+    dc = np.empty(_MAX_DELTA + 1, np.int64)
+    ev_val = np.empty(4, np.int64)
+    ev_d = np.empty(4, np.int64)
+    scratch = 64
+    st = np.empty(scratch, np.int64)
+    sm = np.empty(scratch, np.int64)
+    sc = np.empty(scratch, np.int64)
+    for j in range(nk):
+        k = ks[j]
+        if dirty[k]:
+            failed[j] = True
+            continue
+        r0, r1 = bound[j], bound[j + 1]
+        o, L = off[k], ln[k]
+        t0 = new_t[r0]
+        i0 = 0
+        hi = L
+        while i0 < hi:  # the first step at or after t0
+            mid = (i0 + hi) // 2
+            if pt[o + mid] < t0:
+                i0 = mid + 1
+            else:
+                hi = mid
+        m = c = 0
+        if i0 > 0:
+            m, c = pm[o + i0 - 1], pc[o + i0 - 1]
+        pn_m, pn_has = m, c > 0  # the outputs just before t0: the same
+        po_m, po_has = m, c > 0
+        last_m, last_c = m, c
+        need = (r1 - r0) + (L - i0)
+        if need > scratch:
+            while scratch < need:
+                scratch *= 2
+            st = np.empty(scratch, np.int64)
+            sm = np.empty(scratch, np.int64)
+            sc = np.empty(scratch, np.int64)
+        if m_out + 4 * need > cap:
+            while cap < m_out + 4 * need:
+                cap *= 2
+            a, b, e, f = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+            a[:m_out], b[:m_out], e[:m_out], f[:m_out] = out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out]
+            out_k, out_t, out_v, out_d = a, b, e, f
+        m0 = m_out
+        nd = nn = 0
+        ok = True
+        p, q = r0, i0
+        while p < r1 or q < L:
+            if p < r1 and (q >= L or new_t[p] <= pt[o + q]):
+                s = new_t[p]
+            else:
+                s = pt[o + q]
+            while p < r1 and new_t[p] == s:
+                v = ~new_v[p] if largest else new_v[p]
+                x = 0
+                while x < nd and dv[x] != v:
+                    x += 1
+                if x == nd:
+                    if nd == _MAX_DELTA:
+                        ok = False
+                        break
+                    dv[nd], dc[nd] = v, 0
+                    nd += 1
+                dc[x] += new_d[p]
+                p += 1
+            if not ok:
+                break
+            if q < L and pt[o + q] == s:
+                m, c = pm[o + q], pc[o + q]
+                q += 1
+            # the new least and its count
+            has_c = False
+            cv = cc = 0
+            for x in range(nd):
+                if dc[x] > 0 and (c == 0 or dv[x] < m) and (not has_c or dv[x] < cv):
+                    has_c, cv, cc = True, dv[x], dc[x]
+            if has_c:
+                nm, ncnt = cv, cc
+            elif c == 0:
+                nm, ncnt = 0, 0
+            else:
+                nm, ncnt = m, c
+                for x in range(nd):
+                    if dv[x] == m:
+                        ncnt += dc[x]
+                if ncnt <= 0:
+                    ok = False
+                    break
+            for x in range(nd):  # below the new least every count stays zero
+                if dc[x] < 0 and (ncnt == 0 or dv[x] < nm):
+                    ok = False
+            if not ok:
+                break
+            has_n, has_o = ncnt > 0, c > 0
+            ne = 0
+            if has_n != pn_has or (has_n and nm != pn_m):
+                if has_n:
+                    ev_val[ne], ev_d[ne] = nm, 1
+                    ne += 1
+                if pn_has:
+                    ev_val[ne], ev_d[ne] = pn_m, -1
+                    ne += 1
+            if has_o != po_has or (has_o and m != po_m):
+                if has_o:
+                    ev_val[ne], ev_d[ne] = m, -1
+                    ne += 1
+                if po_has:
+                    ev_val[ne], ev_d[ne] = po_m, 1
+                    ne += 1
+            for a_ in range(ne):  # consolidate the time's changes by value
+                if ev_d[a_] == 0:
+                    continue
+                for b_ in range(a_ + 1, ne):
+                    if ev_d[b_] != 0 and ev_val[b_] == ev_val[a_]:
+                        ev_d[a_] += ev_d[b_]
+                        ev_d[b_] = 0
+                if ev_d[a_] != 0:
+                    out_k[m_out], out_t[m_out] = j, s
+                    out_v[m_out] = ~ev_val[a_] if largest else ev_val[a_]
+                    out_d[m_out] = ev_d[a_]
+                    m_out += 1
+            pn_m, pn_has, po_m, po_has = nm, has_n, m, has_o
+            if ncnt != last_c or (ncnt > 0 and nm != last_m):
+                st[nn], sm[nn], sc[nn] = s, nm, ncnt
+                nn += 1
+                last_m, last_c = nm, ncnt
+        if not ok:
+            failed[j] = True
+            m_out = m0
+            continue
+        pt, pm, pc, top = _store(k, i0, st, sm, sc, nn, off, ln, cp, pt, pm, pc, top)
+    return out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out], failed, pt, pm, pc, top
+
+
+@njit(cache=True, nogil=True)
+def _rebuild(
+    ks: np.ndarray,
+    old_t: np.ndarray,
+    old_v: np.ndarray,
+    old_d: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    new_t: np.ndarray,
+    new_v: np.ndarray,
+    new_d: np.ndarray,
+    bound: np.ndarray,
+    largest: bool,
+    off: np.ndarray,
+    ln: np.ndarray,
+    cp: np.ndarray,
+    dirty: np.ndarray,
+    pt: np.ndarray,
+    pm: np.ndarray,
+    pc: np.ndarray,
+    top: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Key ``j``'s steps (cache slot ``ks[j]``) swept from all its rows (as :func:`_traced_sweep`
+    takes them): ``(time, least value, its count)`` wherever they change; a key where some
+    value's count is ever negative is marked ``dirty`` (its steps cannot say that values below
+    the least count zero: it is swept from its trace from now on)."""
+    nb = counts.shape[0]
+    scratch = 64
+    st = np.empty(scratch, np.int64)
+    sv = np.empty(scratch, np.int64)
+    sd = np.empty(scratch, np.int64)
+    order = np.empty(scratch, np.int64)
+    slot = np.empty(scratch, np.int64)
+    vals = np.empty(scratch, np.int64)
+    cnt = np.empty(scratch, np.int64)
+    tree = np.empty(2 * scratch, np.int64)
+    rt = np.empty(scratch, np.int64)
+    rm = np.empty(scratch, np.int64)
+    rc = np.empty(scratch, np.int64)
+    for j in range(len(ks)):
+        k = ks[j]
+        m = bound[j + 1] - bound[j]
+        for b in range(nb):
+            m += counts[b, j]
+        if m > scratch:
+            while scratch < m:
+                scratch *= 2
+            st = np.empty(scratch, np.int64)
+            sv = np.empty(scratch, np.int64)
+            sd = np.empty(scratch, np.int64)
+            order = np.empty(scratch, np.int64)
+            slot = np.empty(scratch, np.int64)
+            vals = np.empty(scratch, np.int64)
+            cnt = np.empty(scratch, np.int64)
+            tree = np.empty(2 * scratch, np.int64)
+            rt = np.empty(scratch, np.int64)
+            rm = np.empty(scratch, np.int64)
+            rc = np.empty(scratch, np.int64)
+        r = 0
+        for b in range(nb):
+            s0 = starts[b, j]
+            for i in range(s0, s0 + counts[b, j]):
+                st[r], sv[r], sd[r] = old_t[i], ~old_v[i] if largest else old_v[i], old_d[i]
+                r += 1
+        for i in range(bound[j], bound[j + 1]):
+            st[r], sv[r], sd[r] = new_t[i], ~new_v[i] if largest else new_v[i], new_d[i]
+            r += 1
+        vals[:m] = np.sort(sv[:m])
+        u = 0
+        for i in range(m):
+            if u == 0 or vals[i] != vals[u - 1]:
+                vals[u] = vals[i]
+                u += 1
+        for i in range(m):
+            slot[i] = np.searchsorted(vals[:u], sv[i])
+        size = 1
+        while size < u:
+            size *= 2
+        tree[: 2 * size] = _NONE
+        cnt[:u] = 0
+        _time_order(st, m, order)
+        negative = 0
+        ever = False
+        nn = 0
+        last_m = last_c = 0
+        i = 0
+        while i < m:
+            t = st[order[i]]
+            while i < m and st[order[i]] == t:
+                x = order[i]
+                g = slot[x]
+                before = cnt[g]
+                cnt[g] += sd[x]
+                if (cnt[g] > 0) != (before > 0):
+                    _set(tree, size, g, cnt[g] > 0)
+                if cnt[g] < 0 and before >= 0:
+                    negative += 1
+                elif cnt[g] >= 0 and before < 0:
+                    negative -= 1
+                i += 1
+            if negative > 0:
+                ever = True
+            g = tree[1]
+            cm, cc = (vals[g], cnt[g]) if g != _NONE else (0, 0)
+            if cc != last_c or (cc > 0 and cm != last_m):
+                rt[nn], rm[nn], rc[nn] = t, cm, cc
+                nn += 1
+                last_m, last_c = cm, cc
+        dirty[k] = ever
+        pt, pm, pc, top = _store(k, 0, rt, rm, rc, nn, off, ln, cp, pt, pm, pc, top)
+    return pt, pm, pc, top
+
+
+@njit(cache=True, nogil=True)
+def _compact(off: np.ndarray, ln: np.ndarray, cp: np.ndarray, used: int, pt: np.ndarray, pm: np.ndarray,
+             pc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The pool with its abandoned room dropped (every key's steps moved, at 1.5 times their room)."""
+    total = 0
+    for k in range(used):
+        total += ln[k] + ln[k] // 2 + 2
+    qt, qm, qc = np.empty(total + 64, np.int64), np.empty(total + 64, np.int64), np.empty(total + 64, np.int64)
+    top = 0
+    for k in range(used):
+        o, n = off[k], ln[k]
+        qt[top:top + n], qm[top:top + n], qc[top:top + n] = pt[o:o + n], pm[o:o + n], pc[o:o + n]
+        off[k] = top
+        cp[k] = n + n // 2 + 2
+        top += cp[k]
+    return qt, qm, qc, top
+
+
+class ExtremumCache:
+    """A traced ``dd_min``/``dd_max``'s output kept between the in-task loop's iterations.
+
+    For each key (of integer columns), its output as steps over time: ``(time, least value,
+    count of that value)`` from each time on, in the kernel's comparable values (``~v`` for a
+    max), every value below the least counting exactly zero.  It describes the sum of every
+    update the step has seen, so it stays exact only if every batch of the trace passed
+    through :func:`min_max_traced` with it (``local_loop._Trace`` drops it otherwise).
+
+    ``fast_keys``/``fallback_keys`` count the keys answered from the steps and from a sweep
+    of their trace; ``trace_rows`` the trace rows read for the latter."""
+
+    def __init__(self, nkeys: int) -> None:
+        self.nkeys = nkeys
+        self.table = np.full((1024, nkeys + 1), -1, np.int64)
+        self.used = 0
+        self.off = np.zeros(1024, np.int64)
+        self.ln = np.zeros(1024, np.int64)
+        self.cp = np.zeros(1024, np.int64)
+        self.dirty = np.zeros(1024, np.bool_)
+        self.pt = np.empty(4096, np.int64)
+        self.pm = np.empty(4096, np.int64)
+        self.pc = np.empty(4096, np.int64)
+        self.top = 0
+        self.fast_keys = self.fallback_keys = self.trace_rows = 0
+
+    def slots(self, distinct: list[np.ndarray]) -> np.ndarray:
+        """Each key's slot (``distinct``: the key columns, one row per key), new keys added
+        with no steps (no value counts at any time)."""
+        n = len(distinct[0])
+        if 2 * (self.used + n) > len(self.table):
+            cap = len(self.table)
+            while 2 * (self.used + n) > cap:
+                cap *= 2
+            old = self.table[self.table[:, -1] >= 0]
+            self.table = np.full((cap, self.nkeys + 1), -1, np.int64)
+            _hash_put(self.table, np.ascontiguousarray(old[:, :-1]), old[:, -1].copy(), 0)
+        q = np.ascontiguousarray(np.stack(distinct, axis=1).astype(np.int64, copy=False))
+        ks, self.used = _hash_put(self.table, q, np.full(n, -1, np.int64), self.used)
+        if self.used > len(self.off):
+            size = max(2 * len(self.off), self.used)
+            for name in ("off", "ln", "cp", "dirty"):
+                arr = getattr(self, name)
+                grown = np.zeros(size, arr.dtype)
+                grown[: len(arr)] = arr
+                setattr(self, name, grown)
+        return ks
+
+    def sweep(self, ks: np.ndarray, new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray,
+              largest: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_cached_sweep` on the kept steps: ``(key index, time, value, diff, failed)``."""
+        kj, t, v, d, failed, self.pt, self.pm, self.pc, self.top = _cached_sweep(
+            ks, new_t, new_v, new_d, bound, largest, self.off, self.ln, self.cp, self.dirty,
+            self.pt, self.pm, self.pc, self.top)
+        self.fast_keys += len(ks) - int(failed.sum())
+        return kj, t, v, d, failed
+
+    def rebuild(self, ks: np.ndarray, old: tuple[np.ndarray, ...], starts: np.ndarray, counts: np.ndarray,
+                new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray, largest: bool) -> None:
+        """The steps of keys ``ks`` swept again from all their rows (:func:`_rebuild`)."""
+        self.fallback_keys += len(ks)
+        self.trace_rows += len(old[0])
+        self.pt, self.pm, self.pc, self.top = _rebuild(
+            ks, *old, starts, counts, new_t, new_v, new_d, bound, largest, self.off, self.ln, self.cp,
+            self.dirty, self.pt, self.pm, self.pc, self.top)
+
+    def compact(self) -> None:
+        """Drop the pool's abandoned room once it is most of the pool."""
+        live = int(self.cp[: self.used].sum())
+        if self.top > 2 * live + 65536:
+            self.pt, self.pm, self.pc, self.top = _compact(self.off, self.ln, self.cp, self.used,
+                                                           self.pt, self.pm, self.pc)
