@@ -602,38 +602,39 @@ def _hash_put(table: np.ndarray, q: np.ndarray, slots: np.ndarray, used: int) ->
     return out, used
 
 
-@njit(cache=True, nogil=True)
-def _reserve(pt: np.ndarray, pm: np.ndarray, pc: np.ndarray, top: int,
-             need: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pool's arrays with room for ``need`` more entries after ``top``."""
-    if top + need <= len(pt):
-        return pt, pm, pc
-    size = max(2 * len(pt), top + need)
-    qt, qm, qc = np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int64)
-    qt[:top], qm[:top], qc[:top] = pt[:top], pm[:top], pc[:top]
-    return qt, qm, qc
+# a key's kept steps: rows of ``pool`` (time, least value, its count), ``meta[k]`` says where
+_OFF, _LEN, _CAP, _DIRTY = 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True)
-def _store(k: int, keep: int, st: np.ndarray, sm: np.ndarray, sc: np.ndarray, nn: int, off: np.ndarray,
-           ln: np.ndarray, cp: np.ndarray, pt: np.ndarray, pm: np.ndarray, pc: np.ndarray,
-           top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Key ``k``'s steps: its first ``keep`` kept, then ``(st, sm, sc)[:nn]`` (moved to the
-    pool's end, at twice the room, when they do not fit where they are)."""
+def _reserve(pool: np.ndarray, top: int, need: int) -> np.ndarray:
+    """The pool with room for ``need`` more steps after ``top``."""
+    if top + need <= len(pool):
+        return pool
+    grown = np.empty((max(2 * len(pool), top + need), 3), np.int64)
+    grown[:top] = pool[:top]
+    return grown
+
+
+@njit(cache=True, nogil=True)
+def _store(k: int, keep: int, steps: np.ndarray, nn: int, meta: np.ndarray, pool: np.ndarray,
+           top: int) -> tuple[np.ndarray, int]:
+    """Key ``k``'s steps: its first ``keep`` kept, then ``steps[:nn]`` (moved to the pool's end,
+    at twice the room, when they do not fit where they are)."""
     size = keep + nn
-    o = off[k]
-    if size > cp[k]:
+    o = meta[k, _OFF]
+    if size > meta[k, _CAP]:
         room = max(2 * size, 4)
-        pt, pm, pc = _reserve(pt, pm, pc, top, room)
+        pool = _reserve(pool, top, room)
         for i in range(keep):
-            pt[top + i], pm[top + i], pc[top + i] = pt[o + i], pm[o + i], pc[o + i]
-        o = off[k] = top
-        cp[k] = room
+            pool[top + i, 0], pool[top + i, 1], pool[top + i, 2] = pool[o + i, 0], pool[o + i, 1], pool[o + i, 2]
+        o = meta[k, _OFF] = top
+        meta[k, _CAP] = room
         top += room
     for i in range(nn):
-        pt[o + keep + i], pm[o + keep + i], pc[o + keep + i] = st[i], sm[i], sc[i]
-    ln[k] = size
-    return pt, pm, pc, top
+        pool[o + keep + i, 0], pool[o + keep + i, 1], pool[o + keep + i, 2] = steps[i, 0], steps[i, 1], steps[i, 2]
+    meta[k, _LEN] = size
+    return pool, top
 
 
 @njit(cache=True, nogil=True)
@@ -644,73 +645,62 @@ def _cached_sweep(
     new_d: np.ndarray,
     bound: np.ndarray,
     largest: bool,
-    off: np.ndarray,
-    ln: np.ndarray,
-    cp: np.ndarray,
-    dirty: np.ndarray,
-    pt: np.ndarray,
-    pm: np.ndarray,
-    pc: np.ndarray,
+    meta: np.ndarray,
+    pool: np.ndarray,
     top: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """``(key index, time, value, diff)`` of ``F(old + new) − F(old)`` from each key's kept
     steps instead of its trace, for the keys where that is exact; ``failed[j]`` marks the
     others (their steps are left as they were: the caller sweeps their trace).
 
-    Key ``j`` (cache slot ``ks[j]``) has new updates ``new_*[bound[j]:bound[j + 1]]`` in time
-    order.  Its steps ``(time, least value, count)`` at ``pt/pm/pc[off[k]:off[k] + ln[k]]``
-    say what ``F(old)`` is from each time on (count ``0``: no live value), and every value
-    below the least has count exactly zero (below the first step: no value counts).  The new
-    updates accumulated up to a time (``D``, a few values) then decide ``F(old + new)``:
-    a positive value of ``D`` below the least is the new least (its count ``D``'s), else the
-    least stays with its count plus ``D``'s.  When that count comes to zero or less, or a
-    value below the new least has a negative count, the key's other values decide: it
-    fails.  Returns the outputs, ``failed`` and the pool (``pt, pm, pc, top``)."""
+    Key ``j`` (cache slot ``k = ks[j]``) has new updates ``new_*[bound[j]:bound[j + 1]]`` in
+    time order.  Its steps, ``pool[meta[k, 0]:meta[k, 0] + meta[k, 1]]`` as ``(time, least
+    value, count)``, say what ``F(old)`` is from each time on (count ``0``: no live value),
+    and every value below the least has count exactly zero (before the first step: no value
+    counts).  The new updates accumulated up to a time (``D``, a few values) then decide
+    ``F(old + new)``: a positive value of ``D`` below the least is the new least (its count
+    ``D``'s), else the least stays with its count plus ``D``'s.  When that count comes to zero
+    or less, or a value below the new least has a negative count, the key's other values
+    decide: it fails.  The cost follows the new updates and the key's steps from its first
+    new update on, not its trace.  Returns the outputs, ``failed`` and the pool, ``top``."""
     nk = len(ks)
-    cap = 64
+    cap = 1024
     out_k = np.empty(cap, np.int64)
     out_t = np.empty(cap, np.int64)
     out_v = np.empty(cap, np.int64)
     out_d = np.empty(cap, np.int64)
     failed = np.zeros(nk, np.bool_)
     m_out = 0
-    dv = np.empty(_MAX_DELTA + 1, np.int64)
-    dc = np.empty(_MAX_DELTA + 1, np.int64)
+    dv = np.empty(_MAX_DELTA, np.int64)
+    dc = np.empty(_MAX_DELTA, np.int64)
     ev_val = np.empty(4, np.int64)
     ev_d = np.empty(4, np.int64)
-    scratch = 64
-    st = np.empty(scratch, np.int64)
-    sm = np.empty(scratch, np.int64)
-    sc = np.empty(scratch, np.int64)
+    steps = np.empty((64, 3), np.int64)
     for j in range(nk):
         k = ks[j]
-        if dirty[k]:
+        if meta[k, _DIRTY]:
             failed[j] = True
             continue
         r0, r1 = bound[j], bound[j + 1]
-        o, L = off[k], ln[k]
+        o, L = meta[k, _OFF], meta[k, _LEN]
         t0 = new_t[r0]
         i0 = 0
         hi = L
         while i0 < hi:  # the first step at or after t0
             mid = (i0 + hi) // 2
-            if pt[o + mid] < t0:
+            if pool[o + mid, 0] < t0:
                 i0 = mid + 1
             else:
                 hi = mid
         m = c = 0
         if i0 > 0:
-            m, c = pm[o + i0 - 1], pc[o + i0 - 1]
+            m, c = pool[o + i0 - 1, 1], pool[o + i0 - 1, 2]
         pn_m, pn_has = m, c > 0  # the outputs just before t0: the same
         po_m, po_has = m, c > 0
         last_m, last_c = m, c
         need = (r1 - r0) + (L - i0)
-        if need > scratch:
-            while scratch < need:
-                scratch *= 2
-            st = np.empty(scratch, np.int64)
-            sm = np.empty(scratch, np.int64)
-            sc = np.empty(scratch, np.int64)
+        if need > len(steps):
+            steps = np.empty((2 * need, 3), np.int64)
         if m_out + 4 * need > cap:
             while cap < m_out + 4 * need:
                 cap *= 2
@@ -720,52 +710,59 @@ def _cached_sweep(
         m0 = m_out
         nd = nn = 0
         ok = True
+        # D's least positive value (its count) and least negative one; D at one value (dm_v)
+        has_pos = has_neg = False
+        pos_v = pos_c = neg_v = 0
+        dm_ok = False
+        dm_v = dm_c = 0
         p, q = r0, i0
         while p < r1 or q < L:
-            if p < r1 and (q >= L or new_t[p] <= pt[o + q]):
+            if p < r1 and (q >= L or new_t[p] <= pool[o + q, 0]):
                 s = new_t[p]
             else:
-                s = pt[o + q]
-            while p < r1 and new_t[p] == s:
-                v = ~new_v[p] if largest else new_v[p]
-                x = 0
-                while x < nd and dv[x] != v:
-                    x += 1
-                if x == nd:
-                    if nd == _MAX_DELTA:
-                        ok = False
-                        break
-                    dv[nd], dc[nd] = v, 0
-                    nd += 1
-                dc[x] += new_d[p]
-                p += 1
-            if not ok:
-                break
-            if q < L and pt[o + q] == s:
-                m, c = pm[o + q], pc[o + q]
+                s = pool[o + q, 0]
+            if p < r1 and new_t[p] == s:
+                while p < r1 and new_t[p] == s:
+                    v = ~new_v[p] if largest else new_v[p]
+                    x = 0
+                    while x < nd and dv[x] != v:
+                        x += 1
+                    if x == nd:
+                        if nd == _MAX_DELTA:
+                            ok = False
+                            break
+                        dv[nd], dc[nd] = v, 0
+                        nd += 1
+                    dc[x] += new_d[p]
+                    p += 1
+                if not ok:
+                    break
+                has_pos = has_neg = dm_ok = False
+                for x in range(nd):
+                    if dc[x] > 0 and (not has_pos or dv[x] < pos_v):
+                        has_pos, pos_v, pos_c = True, dv[x], dc[x]
+                    elif dc[x] < 0 and (not has_neg or dv[x] < neg_v):
+                        has_neg, neg_v = True, dv[x]
+            if q < L and pool[o + q, 0] == s:
+                m, c = pool[o + q, 1], pool[o + q, 2]
                 q += 1
             # the new least and its count
-            has_c = False
-            cv = cc = 0
-            for x in range(nd):
-                if dc[x] > 0 and (c == 0 or dv[x] < m) and (not has_c or dv[x] < cv):
-                    has_c, cv, cc = True, dv[x], dc[x]
-            if has_c:
-                nm, ncnt = cv, cc
+            if has_pos and (c == 0 or pos_v < m):
+                nm, ncnt = pos_v, pos_c
             elif c == 0:
                 nm, ncnt = 0, 0
             else:
-                nm, ncnt = m, c
-                for x in range(nd):
-                    if dv[x] == m:
-                        ncnt += dc[x]
+                if not dm_ok or dm_v != m:
+                    dm_ok, dm_v, dm_c = True, m, 0
+                    for x in range(nd):
+                        if dv[x] == m:
+                            dm_c = dc[x]
+                nm, ncnt = m, c + dm_c
                 if ncnt <= 0:
                     ok = False
                     break
-            for x in range(nd):  # below the new least every count stays zero
-                if dc[x] < 0 and (ncnt == 0 or dv[x] < nm):
-                    ok = False
-            if not ok:
+            if has_neg and (ncnt == 0 or neg_v < nm):  # below the new least every count stays zero
+                ok = False
                 break
             has_n, has_o = ncnt > 0, c > 0
             ne = 0
@@ -797,15 +794,15 @@ def _cached_sweep(
                     m_out += 1
             pn_m, pn_has, po_m, po_has = nm, has_n, m, has_o
             if ncnt != last_c or (ncnt > 0 and nm != last_m):
-                st[nn], sm[nn], sc[nn] = s, nm, ncnt
+                steps[nn, 0], steps[nn, 1], steps[nn, 2] = s, nm, ncnt
                 nn += 1
                 last_m, last_c = nm, ncnt
         if not ok:
             failed[j] = True
             m_out = m0
             continue
-        pt, pm, pc, top = _store(k, i0, st, sm, sc, nn, off, ln, cp, pt, pm, pc, top)
-    return out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out], failed, pt, pm, pc, top
+        pool, top = _store(k, i0, steps, nn, meta, pool, top)
+    return out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out], failed, pool, top
 
 
 @njit(cache=True, nogil=True)
@@ -821,19 +818,14 @@ def _rebuild(
     new_d: np.ndarray,
     bound: np.ndarray,
     largest: bool,
-    off: np.ndarray,
-    ln: np.ndarray,
-    cp: np.ndarray,
-    dirty: np.ndarray,
-    pt: np.ndarray,
-    pm: np.ndarray,
-    pc: np.ndarray,
+    meta: np.ndarray,
+    pool: np.ndarray,
     top: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, int]:
     """Key ``j``'s steps (cache slot ``ks[j]``) swept from all its rows (as :func:`_traced_sweep`
     takes them): ``(time, least value, its count)`` wherever they change; a key where some
-    value's count is ever negative is marked ``dirty`` (its steps cannot say that values below
-    the least count zero: it is swept from its trace from now on)."""
+    value's count is ever negative is marked dirty (its steps cannot say that values below
+    the least count zero: it is swept from its trace from then on)."""
     nb = counts.shape[0]
     scratch = 64
     st = np.empty(scratch, np.int64)
@@ -844,9 +836,7 @@ def _rebuild(
     vals = np.empty(scratch, np.int64)
     cnt = np.empty(scratch, np.int64)
     tree = np.empty(2 * scratch, np.int64)
-    rt = np.empty(scratch, np.int64)
-    rm = np.empty(scratch, np.int64)
-    rc = np.empty(scratch, np.int64)
+    steps = np.empty((scratch, 3), np.int64)
     for j in range(len(ks)):
         k = ks[j]
         m = bound[j + 1] - bound[j]
@@ -863,9 +853,7 @@ def _rebuild(
             vals = np.empty(scratch, np.int64)
             cnt = np.empty(scratch, np.int64)
             tree = np.empty(2 * scratch, np.int64)
-            rt = np.empty(scratch, np.int64)
-            rm = np.empty(scratch, np.int64)
-            rc = np.empty(scratch, np.int64)
+            steps = np.empty((scratch, 3), np.int64)
         r = 0
         for b in range(nb):
             s0 = starts[b, j]
@@ -913,30 +901,29 @@ def _rebuild(
             g = tree[1]
             cm, cc = (vals[g], cnt[g]) if g != _NONE else (0, 0)
             if cc != last_c or (cc > 0 and cm != last_m):
-                rt[nn], rm[nn], rc[nn] = t, cm, cc
+                steps[nn, 0], steps[nn, 1], steps[nn, 2] = t, cm, cc
                 nn += 1
                 last_m, last_c = cm, cc
-        dirty[k] = ever
-        pt, pm, pc, top = _store(k, 0, rt, rm, rc, nn, off, ln, cp, pt, pm, pc, top)
-    return pt, pm, pc, top
+        meta[k, _DIRTY] = ever
+        pool, top = _store(k, 0, steps, nn, meta, pool, top)
+    return pool, top
 
 
 @njit(cache=True, nogil=True)
-def _compact(off: np.ndarray, ln: np.ndarray, cp: np.ndarray, used: int, pt: np.ndarray, pm: np.ndarray,
-             pc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _compact(meta: np.ndarray, used: int, pool: np.ndarray) -> tuple[np.ndarray, int]:
     """The pool with its abandoned room dropped (every key's steps moved, at 1.5 times their room)."""
     total = 0
     for k in range(used):
-        total += ln[k] + ln[k] // 2 + 2
-    qt, qm, qc = np.empty(total + 64, np.int64), np.empty(total + 64, np.int64), np.empty(total + 64, np.int64)
+        total += meta[k, _LEN] + meta[k, _LEN] // 2 + 2
+    fresh = np.empty((total + 64, 3), np.int64)
     top = 0
     for k in range(used):
-        o, n = off[k], ln[k]
-        qt[top:top + n], qm[top:top + n], qc[top:top + n] = pt[o:o + n], pm[o:o + n], pc[o:o + n]
-        off[k] = top
-        cp[k] = n + n // 2 + 2
-        top += cp[k]
-    return qt, qm, qc, top
+        o, n = meta[k, _OFF], meta[k, _LEN]
+        fresh[top:top + n] = pool[o:o + n]
+        meta[k, _OFF] = top
+        meta[k, _CAP] = n + n // 2 + 2
+        top += meta[k, _CAP]
+    return fresh, top
 
 
 class ExtremumCache:
@@ -949,19 +936,22 @@ class ExtremumCache:
     through :func:`min_max_traced` with it (``local_loop._Trace`` drops it otherwise).
 
     ``fast_keys``/``fallback_keys`` count the keys answered from the steps and from a sweep
-    of their trace; ``trace_rows`` the trace rows read for the latter."""
+    of their trace; ``trace_rows`` the trace rows read for the latter.
+
+    >>> import numpy as np
+    >>> c = ExtremumCache(1)
+    >>> ks = c.slots([np.array([7, 9])])
+    >>> out = c.sweep(ks, np.array([0, 3, 1]), np.array([5, 4, 2]), np.array([1, 1, 1]), np.array([0, 2, 3]), False)
+    >>> [a.tolist() for a in out]  # key 7: 5 from time 0, 4 from time 3; key 9: 2 from time 1
+    [[0, 0, 0, 1], [0, 3, 3, 1], [5, 4, 5, 2], [1, 1, -1, 1], [False, False]]
+    """
 
     def __init__(self, nkeys: int) -> None:
         self.nkeys = nkeys
         self.table = np.full((1024, nkeys + 1), -1, np.int64)
         self.used = 0
-        self.off = np.zeros(1024, np.int64)
-        self.ln = np.zeros(1024, np.int64)
-        self.cp = np.zeros(1024, np.int64)
-        self.dirty = np.zeros(1024, np.bool_)
-        self.pt = np.empty(4096, np.int64)
-        self.pm = np.empty(4096, np.int64)
-        self.pc = np.empty(4096, np.int64)
+        self.meta = np.zeros((1024, 4), np.int64)
+        self.pool = np.empty((4096, 3), np.int64)
         self.top = 0
         self.fast_keys = self.fallback_keys = self.trace_rows = 0
 
@@ -978,21 +968,17 @@ class ExtremumCache:
             _hash_put(self.table, np.ascontiguousarray(old[:, :-1]), old[:, -1].copy(), 0)
         q = np.ascontiguousarray(np.stack(distinct, axis=1).astype(np.int64, copy=False))
         ks, self.used = _hash_put(self.table, q, np.full(n, -1, np.int64), self.used)
-        if self.used > len(self.off):
-            size = max(2 * len(self.off), self.used)
-            for name in ("off", "ln", "cp", "dirty"):
-                arr = getattr(self, name)
-                grown = np.zeros(size, arr.dtype)
-                grown[: len(arr)] = arr
-                setattr(self, name, grown)
+        if self.used > len(self.meta):
+            grown = np.zeros((max(2 * len(self.meta), self.used), 4), np.int64)
+            grown[: len(self.meta)] = self.meta
+            self.meta = grown
         return ks
 
     def sweep(self, ks: np.ndarray, new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray,
               largest: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:func:`_cached_sweep` on the kept steps: ``(key index, time, value, diff, failed)``."""
-        kj, t, v, d, failed, self.pt, self.pm, self.pc, self.top = _cached_sweep(
-            ks, new_t, new_v, new_d, bound, largest, self.off, self.ln, self.cp, self.dirty,
-            self.pt, self.pm, self.pc, self.top)
+        kj, t, v, d, failed, self.pool, self.top = _cached_sweep(ks, new_t, new_v, new_d, bound, largest,
+                                                                 self.meta, self.pool, self.top)
         self.fast_keys += len(ks) - int(failed.sum())
         return kj, t, v, d, failed
 
@@ -1001,13 +987,16 @@ class ExtremumCache:
         """The steps of keys ``ks`` swept again from all their rows (:func:`_rebuild`)."""
         self.fallback_keys += len(ks)
         self.trace_rows += len(old[0])
-        self.pt, self.pm, self.pc, self.top = _rebuild(
-            ks, *old, starts, counts, new_t, new_v, new_d, bound, largest, self.off, self.ln, self.cp,
-            self.dirty, self.pt, self.pm, self.pc, self.top)
+        self.pool, self.top = _rebuild(ks, *old, starts, counts, new_t, new_v, new_d, bound, largest,
+                                       self.meta, self.pool, self.top)
+
+    @property
+    def dirty(self) -> np.ndarray:
+        """Whether each key (by slot) is swept from its trace from now on."""
+        return self.meta[: self.used, _DIRTY] != 0
 
     def compact(self) -> None:
         """Drop the pool's abandoned room once it is most of the pool."""
-        live = int(self.cp[: self.used].sum())
+        live = int(self.meta[: self.used, _CAP].sum())
         if self.top > 2 * live + 65536:
-            self.pt, self.pm, self.pc, self.top = _compact(self.off, self.ln, self.cp, self.used,
-                                                           self.pt, self.pm, self.pc)
+            self.pool, self.top = _compact(self.meta, self.used, self.pool)
