@@ -469,6 +469,7 @@ def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str])
 
 
 _TIME_LEAF = re.compile(r"_t\d+")  # a kernel's time leaf columns (kernels.common.times)
+_LAZY_BATCHES = 32  # a trace's batches left unmerged while a dd_min's output is kept (_Trace.extremum)
 
 
 @dataclass
@@ -485,6 +486,10 @@ class _Trace:
     # the trace prepared as a join's side that no longer changes (kernels.fixed_join.Fixed;
     # False: it cannot be), made on first use and dropped when a batch is added
     fixed: Any = None
+    # a traced dd_min/dd_max's output kept between iterations (kernels.extremum.ExtremumCache),
+    # made while the trace is empty; False once a batch was added without it (it no longer
+    # describes the trace)
+    extremum: Any = None
 
     @staticmethod
     def _rows(batch: Any) -> pa.Table:
@@ -525,14 +530,20 @@ class _Trace:
         old = new.set_column(new.schema.get_field_index(NEW), NEW, pa.array(np.zeros(new.num_rows, dtype=bool)))
         return self._sorted(old)
 
-    def add_batch(self, batch: Any) -> None:
-        """Keep a batch made by :meth:`batch` (as old updates from now on)."""
+    def add_batch(self, batch: Any, cached: bool = False) -> None:
+        """Keep a batch made by :meth:`batch` (as old updates from now on); ``cached``: the
+        batch went through :attr:`extremum` already (else that is dropped)."""
         if self._rows(batch).num_rows == 0:
             return
         self.fixed = None
+        if not cached:
+            self.extremum = False
         self.batches.append(batch)
-        # merge the newest batches while an older one is at most twice their size
-        while len(self.batches) > 1 and self._rows(self.batches[-2]).num_rows <= 2 * self._rows(self.batches[-1]).num_rows:
+        # merge the newest batches while an older one is at most twice their size; with a
+        # dd_min's output kept (extremum) the trace is read only for a few keys' sweeps, and
+        # up to _LAZY_BATCHES batches stay as they came (each binary-searched by those sweeps)
+        lazy = _LAZY_BATCHES if self.extremum else 1
+        while len(self.batches) > lazy and self._rows(self.batches[-2]).num_rows <= 2 * self._rows(self.batches[-1]).num_rows:
             merged = pa.concat_tables([self._rows(b) for b in self.batches[-2:]])
             self.batches[-2:] = [self._sorted(merged)]
             if self._rows(self.batches[-1]).num_rows == 0:
@@ -608,7 +619,7 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
         out = conform(step.kernel(step.params, *sides), step.out_schema)
     for inp, new, trace in zip(step.inputs, news, traces):
         if batch is not None:
-            trace.add_batch(batch)
+            trace.add_batch(batch, cached=True)
         elif new is not None and (inp.relation is None or inp.keep):
             trace.add(new)
     return user_named(step, out)
@@ -633,7 +644,11 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
     (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
     are never gathered into a table, nor numbered), with the new updates as the trace's
     next batch (sorted once, for both: :meth:`_Trace.batch`), or ``None`` where that does
-    not apply (the step then reads its trace and calls its kernel)."""
+    not apply (the step then reads its trace and calls its kernel).
+
+    The step's output is kept between iterations (:attr:`_Trace.extremum`, an
+    ``ExtremumCache`` made at the first iteration): most keys' changes then come from their
+    kept output and the new updates, without reading their trace."""
     from .kernels.reduce import ReduceParams
 
     p = step.params
@@ -644,12 +659,16 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
     from .kernels.native import KeySorted
 
     trace = olds[0]
+    if trace.extremum is None and not trace.batches:
+        trace.extremum = extremum.ExtremumCache(p.nkeys)
+    cache = trace.extremum or None
     batch = trace.batch(news[0])
     if isinstance(batch, KeySorted):  # consolidated, in key and time order: the sweep needs no sort of its own
         out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
-                                      sorted_new=batch)
+                                      sorted_new=batch, cache=cache)
     else:
-        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key)
+        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key,
+                                      cache=cache)
     return None if out is None else (out, batch)
 
 
