@@ -10,23 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
-from ..collection import as_columns, inspect, qcol, require_columns
+from ..collection import CollectionSchema, as_columns, inspect, quoted, require_columns
 from ..errors import SchemaMismatchError
 from ..execution import Input, execute, kernel_fields, key_casts
 from ..kernels import join as kjoin
 from ..kernels.common import keys, names
-from ..scope import unify
+from ..lattice import TimeType
+from ..scope import Entry, unify
 
 
 def _not_null(df: DataFrame, on: Sequence[str]) -> DataFrame:
-    cond = None
-    for c in on:
-        e = qcol(c).isNotNull()
-        cond = e if cond is None else cond & e
-    return df if cond is None else df.where(cond)
+    """``df`` without the rows whose key has a null (SQL text: one py4j round trip)."""
+    return df.where(" AND ".join(f"{quoted(c)} IS NOT NULL" for c in on)) if on else df
+
+
+def _time_col(entry: Entry, cs: CollectionSchema, kernel_t: TimeType) -> Column | None:
+    """The input's time in the kernel's time type, ``None`` where that is its own ``time``
+    column (then :mod:`~spark_differential.execution` may build the kernel form from SQL text)."""
+    return None if not entry.in_loop and cs.ttype == kernel_t else entry.time_col
 
 
 def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str], mode: str) -> DataFrame:
@@ -47,11 +51,12 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
         )
     _, kernel_t, entries = unify(op, [a, b], ["left input", "right input"])
     ca, cb = key_casts(op, a, b, keys_)
-    ia = Input(_not_null(left, keys_), a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
-    ib = Input(_not_null(right, keys_), b, keys_, b_data, "_b", kernel_t, entries[1].time_col, key_casts=cb)
-    if mode == "antijoin":
-        # rows with a null key are never matched, so the antijoin keeps them
-        ia = Input(left, a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
+    ta, tb = _time_col(entries[0], a, kernel_t), _time_col(entries[1], b, kernel_t)
+    # rows with a null key are never matched, so the antijoin keeps them
+    kept = left if mode == "antijoin" else _not_null(left, keys_)
+    # the schemas read by `inspect` (the filter changes no column): no JVM round trip to ask again
+    ia = Input(kept, a, keys_, a_data, "_a", kernel_t, ta, key_casts=ca, schema=left.schema)
+    ib = Input(_not_null(right, keys_), b, keys_, b_data, "_b", kernel_t, tb, key_casts=cb, schema=right.schema)
     params = kjoin.JoinParams(len(keys_), len(a_data), len(b_data), kernel_t, mode)
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)
     k_out = [T.StructField(n, a.field(k).dataType, True) for n, k in zip(keys(len(keys_)), keys_)]
