@@ -64,6 +64,13 @@ class Input:
         return self.ttype or self.cs.ttype
 
 
+def entry_time(entry: Entry, cs: CollectionSchema, kernel_t: TimeType) -> Column | None:
+    """An input's ``time_col`` for :class:`Input`: ``None`` where the time in the kernel's
+    time type is the input's own ``time`` column (then the kernel form may be SQL text,
+    :func:`_kernel_sql`), else the entry's Column (a loop's outer time, an alt/neu entry)."""
+    return None if not entry.in_loop and cs.ttype == kernel_t else entry.time_col
+
+
 def key_casts(op: str, a: CollectionSchema, b: CollectionSchema, on: Sequence[str], b_on: Sequence[str] | None = None) -> tuple[dict[str, T.DataType], dict[str, T.DataType]]:
     """Casts making the key columns of two inputs hash and compare identically."""
     b_on = list(b_on or on)

@@ -103,8 +103,9 @@ def test_dd_count_runs_no_job_until_collect_and_no_more_than_plain(small, spark)
 
 # py4j round trips of the driver-side call a.dd_count("k") (a 4-column collection, one
 # key): 190 before the plan was built with fewer DataFrames and Column calls
-# (docs/performance.md, "Where an operator's call and its Python task go"); 109 since.
-DD_COUNT_ROUND_TRIPS = 115
+# (docs/performance.md, "Where an operator's call and its Python task go"); 109 then; 65
+# since its kernel input is one selectExpr of SQL text ("sd.sql's as-of join and dd_join").
+DD_COUNT_ROUND_TRIPS = 75
 
 
 def test_dd_count_call_stays_under_its_py4j_round_trips(small, spark):

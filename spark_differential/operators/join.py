@@ -10,27 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..collection import CollectionSchema, as_columns, inspect, quoted, require_columns
+from ..collection import as_columns, inspect, quoted, require_columns
 from ..errors import SchemaMismatchError
-from ..execution import Input, execute, kernel_fields, key_casts
+from ..execution import Input, entry_time, execute, kernel_fields, key_casts
 from ..kernels import join as kjoin
 from ..kernels.common import keys, names
-from ..lattice import TimeType
-from ..scope import Entry, unify
+from ..scope import unify
 
 
 def _not_null(df: DataFrame, on: Sequence[str]) -> DataFrame:
     """``df`` without the rows whose key has a null (SQL text: one py4j round trip)."""
     return df.where(" AND ".join(f"{quoted(c)} IS NOT NULL" for c in on)) if on else df
 
-
-def _time_col(entry: Entry, cs: CollectionSchema, kernel_t: TimeType) -> Column | None:
-    """The input's time in the kernel's time type, ``None`` where that is its own ``time``
-    column (then :mod:`~spark_differential.execution` may build the kernel form from SQL text)."""
-    return None if not entry.in_loop and cs.ttype == kernel_t else entry.time_col
 
 
 def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str], mode: str) -> DataFrame:
@@ -51,7 +45,7 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
         )
     _, kernel_t, entries = unify(op, [a, b], ["left input", "right input"])
     ca, cb = key_casts(op, a, b, keys_)
-    ta, tb = _time_col(entries[0], a, kernel_t), _time_col(entries[1], b, kernel_t)
+    ta, tb = entry_time(entries[0], a, kernel_t), entry_time(entries[1], b, kernel_t)
     # rows with a null key are never matched, so the antijoin keeps them
     kept = left if mode == "antijoin" else _not_null(left, keys_)
     # the schemas read by `inspect` (the filter changes no column): no JVM round trip to ask again
