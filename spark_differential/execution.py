@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 from . import _conf
 from ._lazy import lazy
 from ._testing import fault_hook
-from .collection import DIFF, TIME, CollectionSchema, null_guard, qcol
+from .collection import DIFF, TIME, CollectionSchema, guard_expr, null_guard, qcol, quoted
 from .errors import SchemaMismatchError
 from .kernels.common import NEW, D, conform, keys, names, over_partition, times
 from .lattice import _INTEGRAL_KINDS, TimeType, Total
@@ -55,10 +55,20 @@ class Input:
     new: Column | None = None  # defaults to lit(True)
     key_casts: dict[str, T.DataType] = field(default_factory=dict)
     hash_cols: list[str] | None = None  # defaults to keys: what decides the bucket
+    # ``df``'s schema when the caller has it already (a py4j round trip and a JVM schema
+    # read less); its names, types and nullability decide the null checks of the SQL form
+    schema: T.StructType | None = None
 
     @property
     def time_type(self) -> TimeType:
         return self.ttype or self.cs.ttype
+
+
+def entry_time(entry: Entry, cs: CollectionSchema, kernel_t: TimeType) -> Column | None:
+    """An input's ``time_col`` for :class:`Input`: ``None`` where the time in the kernel's
+    time type is the input's own ``time`` column (then the kernel form may be SQL text,
+    :func:`_kernel_sql`), else the entry's Column (a loop's outer time, an alt/neu entry)."""
+    return None if not entry.in_loop and cs.ttype == kernel_t else entry.time_col
 
 
 def key_casts(op: str, a: CollectionSchema, b: CollectionSchema, on: Sequence[str], b_on: Sequence[str] | None = None) -> tuple[dict[str, T.DataType], dict[str, T.DataType]]:
@@ -208,6 +218,40 @@ def _kernel_columns(inp: Input, op: str) -> tuple[list[Column], list[Column]]:
     return hashed, [c.alias(n) for c, n in zip(cols, kernel_names(inp))]
 
 
+def _kernel_sql(inp: Input, op: str) -> list[str] | None:
+    """:func:`_kernel_columns`' kernel form as SQL select items (one ``selectExpr``: one
+    py4j round trip for the whole projection, where each Column costs a few), for an
+    input whose time is its own integral ``time`` column (``time_col`` and ``new`` not
+    given); ``None`` otherwise.  The same values and the same null checks
+    (:func:`~spark_differential.collection.guard_expr`: ``coalesce(x, raise_error(...),
+    0L)``, which Spark analyses faster than the Columns' ``CASE`` and declares
+    non-nullable)."""
+    tt = inp.time_type
+    if (inp.time_col is not None or inp.new is not None or not isinstance(tt, Total)
+            or tt.kind not in _INTEGRAL_KINDS or inp.cs.ttype != tt):
+        return None
+    schema = inp.schema if inp.schema is not None else inp.df.schema
+    kcols = [f"CAST({quoted(k)} AS {inp.key_casts[k].simpleString()})" if k in inp.key_casts else quoted(k)
+             for k in inp.keys]
+    cols = [
+        *kcols,
+        *map(quoted, inp.data),
+        f"CAST({guard_expr(schema, TIME, op)} AS BIGINT)",
+        f"CAST({guard_expr(schema, DIFF, op)} AS BIGINT)",
+        "true",
+    ]
+    return [c if c == n else f"{c} AS {n}" for c, n in zip(cols, kernel_names(inp))]
+
+
+def _kernel_form(inp: Input, op: str, *extra: str) -> DataFrame:
+    """``inp.df`` in kernel form (:func:`kernel_names`, then the SQL items ``extra``): one
+    ``selectExpr`` of SQL text where :func:`_kernel_sql` applies, else a ``select`` of Columns."""
+    items = _kernel_sql(inp, op)
+    if items is not None:
+        return inp.df.selectExpr(*items, *extra)
+    return inp.df.select(*_kernel_columns(inp, op)[1], *[F.expr(e) for e in extra])
+
+
 def kernel_names(inp: Input) -> list[str]:
     """An input's column names in kernel form: keys, data, time leaves, diff, new."""
     return [*keys(len(inp.keys)), *names(inp.prefix, len(inp.data)), *times(inp.time_type.width), D, NEW]
@@ -325,7 +369,7 @@ def run_per_partition(
     Three DataFrames (select, repartition, ``mapInArrow``): each costs the JVM an
     analysis of the plan and PySpark a few py4j round trips, the fixed cost of an
     operator's call on a small input (see docs/performance.md)."""
-    one = _by_bucket(inp.df.select(*_kernel_columns(inp, op)[1]), inp)
+    one = _by_bucket(_kernel_form(inp, op), inp)
     return _in_tasks(kernel, params, one, out_schema)
 
 
@@ -416,10 +460,31 @@ def run_pair_per_partition(
     Replaces ``cogroup(...).applyInArrow``, which calls the kernel once per bucket
     (each call paying DuckDB's fixed cost) and sorts both sides by bucket."""
     ia, ib = inputs
-    a = ia.df.select(*_kernel_columns(ia, op)[1], F.lit(0).alias(SIDE))
-    b = ib.df.select(*_kernel_columns(ib, op)[1], F.lit(1).alias(SIDE))
+    a = _kernel_form(ia, op, f"0 AS {SIDE}")
+    b = _kernel_form(ib, op, f"1 AS {SIDE}")
     one = _by_bucket(a.unionByName(b, allowMissingColumns=True), ia)
     return _in_tasks(kernel, params, one, out_schema, (kernel_names(ia), kernel_names(ib)))
+
+
+def run_pair_sql(
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    sides: Sequence[tuple[DataFrame, Sequence[str], Sequence[str]]],
+    nkeys: int,
+    out_schema: T.StructType,
+) -> DataFrame:
+    """:func:`run_pair_per_partition` for two inputs the caller writes in kernel form as SQL
+    text: ``(df, expressions, names)`` per side, the names those of :func:`kernel_names`
+    (the first ``nkeys`` the keys ``_k*``).  One ``selectExpr`` per side (one py4j round
+    trip each), then the same union tagged by side, repartition by bucket and
+    ``mapInArrow`` (``sd.sql``'s as-of join of two tables)."""
+    (da, ea, na), (db, eb, nb) = sides
+    a = da.selectExpr(*[f"{e} AS {n}" for e, n in zip(ea, na)], f"0 AS {SIDE}")
+    b = db.selectExpr(*[f"{e} AS {n}" for e, n in zip(eb, nb)], f"1 AS {SIDE}")
+    spark = da.sparkSession
+    one = a.unionByName(b, allowMissingColumns=True).repartition(
+        F.expr(bucket_sql(keys(nkeys), buckets(spark), shuffle_partitions(spark))))
+    return _in_tasks(kernel, params, one, out_schema, (list(na), list(nb)))
 
 
 def _pair_per_partition(

@@ -103,8 +103,9 @@ def test_dd_count_runs_no_job_until_collect_and_no_more_than_plain(small, spark)
 
 # py4j round trips of the driver-side call a.dd_count("k") (a 4-column collection, one
 # key): 190 before the plan was built with fewer DataFrames and Column calls
-# (docs/performance.md, "Where an operator's call and its Python task go"); 109 since.
-DD_COUNT_ROUND_TRIPS = 115
+# (docs/performance.md, "Where an operator's call and its Python task go"); 109 then; 65
+# since its kernel input is one selectExpr of SQL text ("sd.sql's as-of join and dd_join").
+DD_COUNT_ROUND_TRIPS = 75
 
 
 def test_dd_count_call_stays_under_its_py4j_round_trips(small, spark):
@@ -122,9 +123,11 @@ def test_dd_count_call_stays_under_its_py4j_round_trips(small, spark):
 
 
 # sd.sql with one ASOF JOIN: 832 round trips while it built sd.from_upserts' collection
-# (the history with its retractions, which the as-of join never reads); 538 since it
-# reads the log directly (calculus.asof_join_history).
-SQL_ASOF_ROUND_TRIPS = 580
+# (the history with its retractions, which the as-of join never reads); 538 once it read
+# the log directly (calculus.asof_join_history); 105 since each side goes into the as-of
+# kernel's form by one filter and one selectExpr and the rewritten SELECT runs without
+# spark.sql's temporary view (docs/performance.md, "sd.sql's as-of join and dd_join").
+SQL_ASOF_ROUND_TRIPS = 125
 
 
 def test_sql_asof_join_call_stays_under_its_py4j_round_trips(small, spark):
@@ -139,6 +142,27 @@ def test_sql_asof_join_call_stays_under_its_py4j_round_trips(small, spark):
     assert counts[0] == counts[1], counts
     assert 0 < counts[0] <= SQL_ASOF_ROUND_TRIPS, counts
     assert sorted(tuple(r) for r in out.collect()) == [("o1", 1, 10), ("o2", 4, 11), ("o3", 2, 20)]
+
+
+# dd_join / dd_semijoin / dd_antijoin of two 4-column collections on one key: 191 / 203 /
+# 203 round trips while the kernel's inputs were built from Columns; 87 / 87 / 86 from SQL text.
+JOIN_ROUND_TRIPS = 100
+
+
+@pytest.mark.parametrize("op", ["dd_join", "dd_semijoin", "dd_antijoin"])
+def test_join_call_stays_under_its_py4j_round_trips(small, spark, op):
+    a, b = small["a"], small["b"]
+    right = b if op == "dd_join" else b.select("k", "time", "diff")
+    right.schema  # noqa: B018 - the benchmark's inputs: schemas read once already
+    call = getattr(a, op)
+    call(right, on="k")
+    counts = []
+    for _ in range(2):
+        with count_round_trips() as trips:
+            call(right, on="k")
+        counts.append(trips.count)
+    assert counts[0] == counts[1], counts
+    assert 0 < counts[0] <= JOIN_ROUND_TRIPS, counts
 
 
 def _lazy_calls(small, spark):

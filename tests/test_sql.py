@@ -433,3 +433,22 @@ def test_docstring_examples_run(spark):
     for test in doctest.DocTestFinder().find(sql, globs={}):
         runner.run(test)
     assert runner.failures == 0 and runner.tries >= 7
+
+
+@pytest.mark.connect
+@pytest.mark.parametrize("pkey", ["bigint", "double"])
+def test_keys_and_times_of_different_integral_types(spark, pkey):
+    """An int key against a bigint (or double) key and int against bigint times: keys are
+    cast to one type so equal values meet, the output keeps each side's own types."""
+    orders = spark.createDataFrame([(1, 5, "o1"), (2, 3, "o2"), (1, 1, "o3"), (None, 9, "o4")],
+                                   "k int, ts int, oid string")
+    key = float if pkey == "double" else int
+    prices = spark.createDataFrame([(key(1), 2, 10.0), (key(1), 5, 11.0), (key(2), 4, 20.0), (key(1), 7, 12.0)],
+                                   f"k {pkey}, ts bigint, w double")
+    q = "SELECT o.oid, o.k, p.k AS pk, p.w FROM orders o {} ASOF JOIN prices p MATCH_CONDITION (o.ts >= p.ts) ON o.k = p.k"
+    inner = sql(q.format(""), orders=orders, prices=prices)
+    assert _rows(inner) == [("o1", 1, 1, 11.0)]
+    assert [f.dataType.simpleString() for f in inner.schema.fields] == ["string", "int", pkey, "double"]
+    left = sql(q.format("LEFT"), orders=orders, prices=prices)
+    assert sorted(_rows(left), key=repr) == sorted([("o1", 1, 1, 11.0), ("o2", 2, None, None), ("o3", 1, None, None),
+                                  ("o4", None, None, None)], key=repr)

@@ -20,7 +20,9 @@ meets the log rows at the latest log time ``s <= t`` over the whole log.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._lazy import lazy
 from . import duck, native
@@ -60,6 +62,24 @@ def asof_upserts(p: UpsertAsofParams, A: pa.Table, H: pa.Table) -> pa.Table:
     if fast is not None:
         return fast
     return duck.query(_sql(p), {"A": A, "H": H})
+
+
+def expanded(
+    kernel: Callable[..., pa.Table], sources: Sequence[str], labels: Sequence[str], p: Any, *tables: pa.Table
+) -> pa.Table:
+    """``kernel``'s output as ordinary rows: each row repeated ``_d`` times (a positive
+    number of copies: every order is an insertion), the columns ``sources`` named
+    ``labels``.  ``sd.sql``'s ``ASOF JOIN`` of two tables, in the task that joins them.
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"_a0": ["x", "y"], "_b0": [1, 2], "_t0": [5, 6], "_d": [2, 1]})
+    >>> expanded(lambda p, a: a, ["_a0", "_b0"], ["who", "price"], None, t).to_pydict()
+    {'who': ['x', 'x', 'y'], 'price': [1, 1, 2]}
+    """
+    out = kernel(p, *tables)
+    copies = np.asarray(out.column(D).to_numpy(), dtype=np.int64)
+    rows = pa.array(np.repeat(np.arange(out.num_rows, dtype=np.int64), copies))
+    return pa.Table.from_arrays([out.column(c).take(rows) for c in sources], names=list(labels))
 
 
 def _sql(p: UpsertAsofParams) -> str:

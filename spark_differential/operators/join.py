@@ -13,20 +13,18 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..collection import as_columns, inspect, qcol, require_columns
+from ..collection import as_columns, inspect, quoted, require_columns
 from ..errors import SchemaMismatchError
-from ..execution import Input, execute, kernel_fields, key_casts
+from ..execution import Input, entry_time, execute, kernel_fields, key_casts
 from ..kernels import join as kjoin
 from ..kernels.common import keys, names
 from ..scope import unify
 
 
 def _not_null(df: DataFrame, on: Sequence[str]) -> DataFrame:
-    cond = None
-    for c in on:
-        e = qcol(c).isNotNull()
-        cond = e if cond is None else cond & e
-    return df if cond is None else df.where(cond)
+    """``df`` without the rows whose key has a null (SQL text: one py4j round trip)."""
+    return df.where(" AND ".join(f"{quoted(c)} IS NOT NULL" for c in on)) if on else df
+
 
 
 def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str], mode: str) -> DataFrame:
@@ -47,11 +45,12 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
         )
     _, kernel_t, entries = unify(op, [a, b], ["left input", "right input"])
     ca, cb = key_casts(op, a, b, keys_)
-    ia = Input(_not_null(left, keys_), a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
-    ib = Input(_not_null(right, keys_), b, keys_, b_data, "_b", kernel_t, entries[1].time_col, key_casts=cb)
-    if mode == "antijoin":
-        # rows with a null key are never matched, so the antijoin keeps them
-        ia = Input(left, a, keys_, a_data, "_a", kernel_t, entries[0].time_col, key_casts=ca)
+    ta, tb = entry_time(entries[0], a, kernel_t), entry_time(entries[1], b, kernel_t)
+    # rows with a null key are never matched, so the antijoin keeps them
+    kept = left if mode == "antijoin" else _not_null(left, keys_)
+    # the schemas read by `inspect` (the filter changes no column): no JVM round trip to ask again
+    ia = Input(kept, a, keys_, a_data, "_a", kernel_t, ta, key_casts=ca, schema=left.schema)
+    ib = Input(_not_null(right, keys_), b, keys_, b_data, "_b", kernel_t, tb, key_casts=cb, schema=right.schema)
     params = kjoin.JoinParams(len(keys_), len(a_data), len(b_data), kernel_t, mode)
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)
     k_out = [T.StructField(n, a.field(k).dataType, True) for n, k in zip(keys(len(keys_)), keys_)]

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from .._lazy import lazy
 from ..collection import as_columns, inspect, qcols, require_columns
 from ..errors import SchemaMismatchError
-from ..execution import Input, execute, kernel_fields
+from ..execution import Input, entry_time, execute, kernel_fields
 from ..kernels import reduce as kreduce
 from ..kernels.common import keys, names
 from ..scope import unify
@@ -61,7 +61,7 @@ def _reduction(
         if f.name in by_:
             raise SchemaMismatchError(f"{op}: output column `{f.name}` clashes with a `by` column; rename it")
     _, kernel_t, entries = unify(op, [cs], ["input"])
-    inp = Input(df, cs, by_, data, "_a", kernel_t, entries[0].time_col)
+    inp = Input(df, cs, by_, data, "_a", kernel_t, entry_time(entries[0], cs, kernel_t), schema=df.schema)
     exact = True
     if value is not None and agg == "sum":
         exact = not isinstance(cs.field(value).dataType, (T.FloatType, T.DoubleType))
@@ -273,7 +273,8 @@ def _threshold(df: DataFrame, op: str, func: Callable[[int], int] | None) -> Dat
     cs = inspect(df, op=op)
     _, kernel_t, entries = unify(op, [cs], ["input"])
     data = list(cs.data_cols)
-    inp = Input(df, cs, [], data, "_a", kernel_t, entries[0].time_col, hash_cols=data)
+    inp = Input(df, cs, [], data, "_a", kernel_t, entry_time(entries[0], cs, kernel_t), hash_cols=data,
+                schema=df.schema)
     params = kreduce.ThresholdParams(len(data), kernel_t, func, op, tuple(data))
     cols = list(zip(names("_a", len(data)), data))
     return execute(op, kreduce.threshold, params, [inp], entries, kernel_fields(inp), cols, kernel_t)
