@@ -112,8 +112,18 @@ def main() -> int:
              "state_rows": sum(t.num_rows for t in state),
              "iterations": 1 + max((int(max(t.column(view_loop.IT).to_pylist(), default=-1)) for t in state),
                                    default=-1)}
-        print(json.dumps(r), flush=True)
-        results.append(r)
+        _report(r, results)
+    return _finish(args, results, spark)
+
+
+def _report(r: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    """One update's measurements, printed as a JSON line and kept."""
+    print(json.dumps(r), flush=True)
+    results.append(r)
+
+
+def _finish(args: argparse.Namespace, results: list[dict[str, Any]], spark: Any) -> int:
+    """Write ``--json`` (when given) and stop Spark."""
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "updates": results}, f, indent=1)
@@ -158,13 +168,8 @@ def through_spark(args: argparse.Namespace) -> int:
             n_out = view.update(upto=hi, **new).count()
         r = {"times": [lo, hi - 1], "cpu_s": cpu_between(c0, tree_cpu()), "wall_s": round(time.perf_counter() - w0, 3),
              "jobs": jobs.jobs, "out_rows": n_out}
-        print(json.dumps(r), flush=True)
-        results.append(r)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "updates": results}, f, indent=1)
-    spark.stop()
-    return 0
+        _report(r, results)
+    return _finish(args, results, spark)
 
 
 if __name__ == "__main__":

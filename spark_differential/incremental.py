@@ -787,7 +787,9 @@ class IncrementalView:
             return 1, (0, 0), ()
         nparts = shuffle_partitions(self.spark)
         probe = _traces.Run(self.spark, ttype, buckets(self.spark), nparts, probe=True)
-        probe.first_rows = _estimated_rows(first)
+        from .local_loop import _estimated_rows
+
+        probe.first_rows = _estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
         empty = {n: self.spark.createDataFrame([], schema) for n, schema in schemas.items()}
         with recording() as history_ops, _traces.running(probe):
             self.query(**empty)
@@ -1225,15 +1227,6 @@ class IncrementalView:
         if state is not None and state.frontier:
             nxt = max(nxt, int(state.frontier[0][0]))
         return ttype.decode_value((nxt,))
-
-
-def _estimated_rows(dfs: Sequence[DataFrame]) -> int:
-    """Spark's estimate of the rows of ``dfs`` from their plans' statistics (no job; 0 where unknown)."""
-    if not dfs:
-        return 0
-    from .local_loop import _estimated_rows as estimated
-
-    return estimated(dfs)[0]
 
 
 def _late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:

@@ -287,6 +287,28 @@ def _time_order(t: np.ndarray, m: int, out: np.ndarray) -> None:
         out[:m] = np.argsort(t[:m], kind="mergesort")
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _gather(j: int, old_t: np.ndarray, old_v: np.ndarray, old_d: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+            new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray, largest: bool,
+            st: np.ndarray, sv: np.ndarray, sd: np.ndarray, sn: np.ndarray) -> int:
+    """Key ``j``'s rows into ``st``/``sv``/``sd`` (values complemented for a maximum) and ``sn``
+    (new or not): its trace batches' rows, then its new updates.  Returns the least time of the
+    new updates (``_NONE`` when it has none)."""
+    r = 0
+    for b in range(counts.shape[0]):
+        s0 = starts[b, j]
+        for i in range(s0, s0 + counts[b, j]):
+            st[r], sv[r], sd[r], sn[r] = old_t[i], ~old_v[i] if largest else old_v[i], old_d[i], False
+            r += 1
+    start = _NONE
+    for i in range(bound[j], bound[j + 1]):
+        st[r], sv[r], sd[r], sn[r] = new_t[i], ~new_v[i] if largest else new_v[i], new_d[i], True
+        if new_t[i] < start:
+            start = new_t[i]
+        r += 1
+    return start
+
+
 @njit(cache=True, nogil=True)
 def _traced_sweep(
     old_t: np.ndarray,
@@ -349,25 +371,7 @@ def _traced_sweep(
             cnt_old = np.empty(scratch, np.int64)
             tree_all = np.empty(2 * scratch, np.int64)
             tree_old = np.empty(2 * scratch, np.int64)
-        # the key's rows: trace batches, then the new updates
-        r = 0
-        for b in range(nb):
-            s0 = starts[b, j]
-            for i in range(s0, s0 + counts[b, j]):
-                st[r] = old_t[i]
-                sv[r] = ~old_v[i] if largest else old_v[i]
-                sd[r] = old_d[i]
-                sn[r] = False
-                r += 1
-        start = _NONE
-        for i in range(bound[j], bound[j + 1]):
-            st[r] = new_t[i]
-            sv[r] = ~new_v[i] if largest else new_v[i]
-            sd[r] = new_d[i]
-            sn[r] = True
-            if new_t[i] < start:
-                start = new_t[i]
-            r += 1
+        start = _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
         if start == _NONE:
             continue
         # slots: the key's values, ascending (offsets from the least when their range is
@@ -831,6 +835,7 @@ def _rebuild(
     st = np.empty(scratch, np.int64)
     sv = np.empty(scratch, np.int64)
     sd = np.empty(scratch, np.int64)
+    sn = np.empty(scratch, np.bool_)
     order = np.empty(scratch, np.int64)
     slot = np.empty(scratch, np.int64)
     vals = np.empty(scratch, np.int64)
@@ -848,21 +853,14 @@ def _rebuild(
             st = np.empty(scratch, np.int64)
             sv = np.empty(scratch, np.int64)
             sd = np.empty(scratch, np.int64)
+            sn = np.empty(scratch, np.bool_)
             order = np.empty(scratch, np.int64)
             slot = np.empty(scratch, np.int64)
             vals = np.empty(scratch, np.int64)
             cnt = np.empty(scratch, np.int64)
             tree = np.empty(2 * scratch, np.int64)
             steps = np.empty((scratch, 3), np.int64)
-        r = 0
-        for b in range(nb):
-            s0 = starts[b, j]
-            for i in range(s0, s0 + counts[b, j]):
-                st[r], sv[r], sd[r] = old_t[i], ~old_v[i] if largest else old_v[i], old_d[i]
-                r += 1
-        for i in range(bound[j], bound[j + 1]):
-            st[r], sv[r], sd[r] = new_t[i], ~new_v[i] if largest else new_v[i], new_d[i]
-            r += 1
+        _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
         vals[:m] = np.sort(sv[:m])
         u = 0
         for i in range(m):
