@@ -287,6 +287,43 @@ def _time_order(t: np.ndarray, m: int, out: np.ndarray) -> None:
         out[:m] = np.argsort(t[:m], kind="mergesort")
 
 
+@njit(cache=True, nogil=True)
+def _key_buffers(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Scratch for one key's ``n`` rows: times, values, diffs, new-or-not, time order, value
+    slots, the distinct values (:func:`_gather`, :func:`_slots`)."""
+    return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.bool_),
+            np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _slots(sv: np.ndarray, m: int, scratch: int, vals: np.ndarray, slot: np.ndarray) -> int:
+    """Number the key's ``m`` values ``sv`` by slots in ascending order: ``slot[i]`` for row ``i``,
+    ``vals[:u]`` the values (offsets from the least when their range is small, else the distinct
+    values sorted).  Returns ``u``."""
+    lo = hi = sv[0]
+    for i in range(1, m):
+        if sv[i] < lo:
+            lo = sv[i]
+        elif sv[i] > hi:
+            hi = sv[i]
+    if hi - lo < min(scratch, 4 * m + 64):
+        u = hi - lo + 1
+        for i in range(u):
+            vals[i] = lo + i
+        for i in range(m):
+            slot[i] = sv[i] - lo
+        return u
+    vals[:m] = np.sort(sv[:m])
+    u = 0
+    for i in range(m):
+        if u == 0 or vals[i] != vals[u - 1]:
+            vals[u] = vals[i]
+            u += 1
+    for i in range(m):
+        slot[i] = np.searchsorted(vals[:u], sv[i])
+    return u
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _gather(j: int, old_t: np.ndarray, old_v: np.ndarray, old_d: np.ndarray, starts: np.ndarray, counts: np.ndarray,
             new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray, largest: bool,
@@ -339,13 +376,7 @@ def _traced_sweep(
     out_slot = np.empty(cap, np.int64)
     m_out = 0
     scratch = 64
-    st = np.empty(scratch, np.int64)
-    sv = np.empty(scratch, np.int64)
-    sd = np.empty(scratch, np.int64)
-    sn = np.empty(scratch, np.bool_)
-    order = np.empty(scratch, np.int64)
-    slot = np.empty(scratch, np.int64)
-    vals = np.empty(scratch, np.int64)
+    st, sv, sd, sn, order, slot, vals = _key_buffers(scratch)
     cnt_all = np.empty(scratch, np.int64)
     cnt_old = np.empty(scratch, np.int64)
     tree_all = np.empty(2 * scratch, np.int64)
@@ -360,13 +391,7 @@ def _traced_sweep(
         if m > scratch:
             while scratch < m:
                 scratch *= 2
-            st = np.empty(scratch, np.int64)
-            sv = np.empty(scratch, np.int64)
-            sd = np.empty(scratch, np.int64)
-            sn = np.empty(scratch, np.bool_)
-            order = np.empty(scratch, np.int64)
-            slot = np.empty(scratch, np.int64)
-            vals = np.empty(scratch, np.int64)
+            st, sv, sd, sn, order, slot, vals = _key_buffers(scratch)
             cnt_all = np.empty(scratch, np.int64)
             cnt_old = np.empty(scratch, np.int64)
             tree_all = np.empty(2 * scratch, np.int64)
@@ -374,29 +399,7 @@ def _traced_sweep(
         start = _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
         if start == _NONE:
             continue
-        # slots: the key's values, ascending (offsets from the least when their range is
-        # small, else the distinct values sorted)
-        lo = hi = sv[0]
-        for i in range(1, m):
-            if sv[i] < lo:
-                lo = sv[i]
-            elif sv[i] > hi:
-                hi = sv[i]
-        if hi - lo < min(scratch, 4 * m + 64):
-            u = hi - lo + 1
-            for i in range(u):
-                vals[i] = lo + i
-            for i in range(m):
-                slot[i] = sv[i] - lo
-        else:
-            vals[:m] = np.sort(sv[:m])
-            u = 0
-            for i in range(m):
-                if u == 0 or vals[i] != vals[u - 1]:
-                    vals[u] = vals[i]
-                    u += 1
-            for i in range(m):
-                slot[i] = np.searchsorted(vals[:u], sv[i])
+        u = _slots(sv, m, scratch, vals, slot)
         size = 1
         while size < u:
             size *= 2
@@ -832,13 +835,7 @@ def _rebuild(
     the least count zero: it is swept from its trace from then on)."""
     nb = counts.shape[0]
     scratch = 64
-    st = np.empty(scratch, np.int64)
-    sv = np.empty(scratch, np.int64)
-    sd = np.empty(scratch, np.int64)
-    sn = np.empty(scratch, np.bool_)
-    order = np.empty(scratch, np.int64)
-    slot = np.empty(scratch, np.int64)
-    vals = np.empty(scratch, np.int64)
+    st, sv, sd, sn, order, slot, vals = _key_buffers(scratch)
     cnt = np.empty(scratch, np.int64)
     tree = np.empty(2 * scratch, np.int64)
     steps = np.empty((scratch, 3), np.int64)
@@ -850,25 +847,12 @@ def _rebuild(
         if m > scratch:
             while scratch < m:
                 scratch *= 2
-            st = np.empty(scratch, np.int64)
-            sv = np.empty(scratch, np.int64)
-            sd = np.empty(scratch, np.int64)
-            sn = np.empty(scratch, np.bool_)
-            order = np.empty(scratch, np.int64)
-            slot = np.empty(scratch, np.int64)
-            vals = np.empty(scratch, np.int64)
+            st, sv, sd, sn, order, slot, vals = _key_buffers(scratch)
             cnt = np.empty(scratch, np.int64)
             tree = np.empty(2 * scratch, np.int64)
             steps = np.empty((scratch, 3), np.int64)
         _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
-        vals[:m] = np.sort(sv[:m])
-        u = 0
-        for i in range(m):
-            if u == 0 or vals[i] != vals[u - 1]:
-                vals[u] = vals[i]
-                u += 1
-        for i in range(m):
-            slot[i] = np.searchsorted(vals[:u], sv[i])
+        u = _slots(sv, m, scratch, vals, slot)
         size = 1
         while size < u:
             size *= 2
