@@ -124,6 +124,32 @@ def _pack(p: PackedParams, T: pa.Table) -> tuple[pa.Table, list[pa.Array]]:
     return key_rows, pieces
 
 
+def _with_emptied(p: PackedParams, X: pa.Table, key_rows: pa.Table,
+                  pieces: list[pa.Array]) -> tuple[pa.Table, list[pa.Array]]:
+    """``_pack``'s keys and blobs, plus an empty blob for every key ``X`` holds that has no rows
+    left (its trace and new updates cancel, or it came with an empty trace alone): the key's
+    newest trace is then empty, which must supersede an older batch's blob of it."""
+    k = keys(p.nkeys)
+    if X.num_rows == 0 or not k:
+        return key_rows, pieces
+    got = X.select(k).cast(key_rows.select(k).schema) if key_rows.num_rows else X.select(k)
+    nk = key_rows.num_rows
+    both = pa.concat_tables([key_rows.select(k), got]) if nk else got
+    kid = ids([both.column(c) for c in k], both.num_rows)
+    have = np.zeros(int(kid.max()) + 1, dtype=bool)
+    have[kid[:nk]] = True
+    rest = kid[nk:]
+    first = np.unique(rest, return_index=True)[1]
+    missing = first[~have[rest[first]]]
+    if len(missing) == 0:
+        return key_rows, pieces
+    extra = got.take(pa.array(missing))
+    empty = pa.array(np.zeros(len(missing) + 1, dtype=np.int32))
+    blob = pa.Array.from_buffers(pa.binary(), len(missing), [None, empty.buffers()[1], pa.py_buffer(b"")])
+    rows = pa.concat_tables([key_rows.select(k), extra]) if nk else extra
+    return rows, [*pieces, blob]
+
+
 def run(p: PackedParams, X: pa.Table) -> pa.Table:
     """The kernel's output rows (``_blob`` null), then one packed trace per key received."""
     T = _unpack(p, X)
@@ -134,6 +160,7 @@ def run(p: PackedParams, X: pa.Table) -> pa.Table:
         schema=schema,
     ).append_column(BLOB, pa.nulls(out.num_rows, pa.binary()))
     key_rows, pieces = _pack(p, T)
+    key_rows, pieces = _with_emptied(p, X, key_rows, pieces)
     nk = key_rows.num_rows
     blobs = pa.chunked_array(pieces, type=pa.binary()) if pieces else pa.chunked_array([], type=pa.binary())
     packed_cols: list[pa.Array | pa.ChunkedArray] = [
