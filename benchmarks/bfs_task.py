@@ -84,10 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="spark_differential.iterate.localThreads")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one more call")
     ap.add_argument("--profile-sort", default="cumulative", help="the profile's order (e.g. tottime)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="Spark configuration (repeatable), e.g. spark_differential.iterate.chunkRows=4000")
     args = ap.parse_args(argv)
-    spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4",
-                                "spark_differential.iterate.localRows": "50000000",
-                                "spark_differential.iterate.localThreads": str(args.threads)})
+    conf = {"spark.sql.shuffle.partitions": "4", "spark_differential.iterate.localRows": "50000000",
+            "spark_differential.iterate.localThreads": str(args.threads)}
+    for kv in args.conf:
+        key, eq, value = kv.partition("=")
+        if not eq:
+            ap.error(f"--conf takes KEY=VALUE, got {kv!r}")
+        conf[key] = value
+    spark = make_spark(args, **conf)
     import spark_differential as sd
 
     f, batches = capture(spark, args.nodes, args.edges, args.changes, args.batch, args.seed)

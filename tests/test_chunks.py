@@ -224,3 +224,29 @@ def test_bad_chunk_setting_is_a_clear_error(spark, value):
     roots = spark.createDataFrame([(0, 0, 1)], "x long, time long, diff long")
     with chunk_rows(spark, value), pytest.raises(ConfigurationError, match="chunkRows"):
         roots.dd_iterate(lambda x: x.dd_distinct())
+
+
+def test_chunks_inside_one_task_are_larger():
+    """The in-task loop's automatic chunks (``LOCAL_FACTOR`` times the live rows, at least
+    ``LOCAL_MIN_ROWS`` updates) against the distributed loop's (the live rows, at least
+    ``AUTO_MIN_ROWS``), on BFS's shapes: 10^5 changes over 2,000 live edges, and 10^4."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from spark_differential import chunks, local_loop
+
+    assert chunks.layout(202_001, 2_000, 0, 100_000, None) == (0, 991, 101)
+    local = chunks.layout(202_001, 2_000, 0, 100_000, None, chunks.LOCAL_FACTOR, chunks.LOCAL_MIN_ROWS)
+    assert local is not None and local[2] == 202_001 // 32_000
+    assert chunks.layout(22_001, 2_000, 0, 10_000, None, chunks.LOCAL_FACTOR, chunks.LOCAL_MIN_ROWS) is None
+    assert chunks.layout(22_001, 2_000, 0, 10_000, 4_000, chunks.LOCAL_FACTOR, chunks.LOCAL_MIN_ROWS)[2] == 5
+
+    def source(n: int) -> pa.Table:  # n updates of 2,000 edges over times 0..n/2, 2,000 live
+        return pa.table({"_sd_k": [i % 2_000 for i in range(n)], "_sd_t0": [i // 2 for i in range(n)],
+                         "diff": [1 if i < 2_000 or i % 2 else -1 for i in range(n)]})
+
+    for n, count in ((202_000, 6), (22_000, None)):
+        program = SimpleNamespace(chunk_rows=None, width=1, sources=(("_sd_k", "_sd_t0", "diff"),))
+        planned = local_loop._plan_chunks(program, [source(n)])  # type: ignore[arg-type]
+        assert (planned and planned.count) == count, (n, planned)

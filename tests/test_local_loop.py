@@ -62,6 +62,10 @@ def test_key_sorted_consolidates_and_sorts_by_key(table: pa.Table, data: st.Data
     keys_ = [tuple(r[c] for c in key) for r in got.table.to_pylist()]
     assert keys_ == sorted(keys_)
     assert len(got.codes) == got.table.num_rows and bool(np.all(np.diff(got.codes) >= 0))
+    # the stable sort (for a merge's sorted runs) and the unstable one give the same rows in the
+    # same order: rows of equal code are equal but for the diff, which is summed
+    runs = native.key_sorted(table, key, runs=True)
+    assert runs is not None and runs.table.equals(got.table) and bool(np.array_equal(runs.codes, got.codes))
 
 
 @settings(max_examples=150, deadline=None)
@@ -343,3 +347,20 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
         slow = local_loop._plan_chunks(program, sources)  # type: ignore[arg-type]
     assert fast == slow
     assert len(seen) == 2 and seen[0] == seen[1], seen
+
+
+def test_status_rows_combine_per_field() -> None:
+    """The tasks' status rows (JSON in ``META``) read as one: each count's maximum, the answer
+    local if any task's was; no status row at all reads as none."""
+    import json
+
+    a = local_loop._status(pa.schema([("x", pa.int64()), (local_loop.META, pa.string())]), local_loop.DONE, 7, 0,
+                           [3, 1, 0], 4, "0.1,0.2", local=True)
+    assert a.column(0).to_pylist() == [None]
+    first = json.loads(a.column(1)[0].as_py())
+    assert first == {"status": 0, "iters": 7, "changing": 0, "history": "3,1,0", "chunks": 4, "phases": "0.1,0.2",
+                     "local": True}
+    other = json.dumps({**first, "status": local_loop.LIMIT, "iters": 9, "changing": 5, "chunks": 2, "local": False})
+    got = local_loop._metrics([None, a.column(1)[0].as_py(), other])
+    assert (got["status"], got["iters"], got["changing"], got["chunks"], got["local"]) == (local_loop.LIMIT, 9, 5, 4, True)
+    assert local_loop._metrics([None]) == {}

@@ -289,16 +289,21 @@ def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | Non
     return [v[rows] for v in values]  # type: ignore[index]
 
 
-def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequence[str] = ()) -> KeySorted | None:
+def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequence[str] = (),
+               runs: bool = False) -> KeySorted | None:
     """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
     ``key`` first, or ``None`` when some column is not integers (or booleans) without nulls
     or the columns do not pack into one int64 (then :func:`consolidated` is the way).
     Within a key the rows are sorted by the columns ``then`` (e.g. the time leaves),
     then by the others in table order.
 
-    One stable sort of one int64 per row: two sorted runs concatenated (a trace's
-    merge) sort in linear time.  The packed code is built one column at a time, so
-    beside the table the sort holds about three int64 arrays of its rows."""
+    One sort of one int64 per row.  ``runs``: the rows are a few sorted runs
+    concatenated (a trace's merge), which a stable sort (timsort) finds and merges in
+    about linear time; otherwise an unstable one, several times faster on rows in no
+    order (10^5 random codes: 4.7 against 21.7 ms).  Rows of equal code are equal in
+    every column but ``diff`` and are summed, so their order never shows.  The packed
+    code is built one column at a time, so beside the table the sort holds about three
+    int64 arrays of its rows."""
     import numpy as np
 
     key = list(key)
@@ -330,7 +335,7 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
         np.multiply(code, s, out=code)
         code += arrays[c].astype(np.int64, copy=False)
         code -= a
-    order = np.argsort(code, kind="stable")
+    order = np.argsort(code, kind="stable" if runs else None)
     code = code[order]
     head = np.ones(n, dtype=bool)
     head[1:] = code[1:] != code[:-1]
