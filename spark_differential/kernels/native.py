@@ -299,8 +299,9 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
 
     One sort of one int64 per row.  ``runs``: the rows are a few sorted runs
     concatenated (a trace's merge), which a stable sort (timsort) finds and merges in
-    about linear time; otherwise an unstable one, several times faster on rows in no
-    order (10^5 random codes: 4.7 against 21.7 ms).  Rows of equal code are equal in
+    about linear time; otherwise a plain sort of the codes with each row's number in
+    their low bits (where the two fit in 62 bits; else an unstable argsort), several
+    times faster on rows in no order (10^5 random codes: 2.0 against 21.7 ms).  Rows of equal code are equal in
     every column but ``diff`` and are summed, so their order never shows.  The packed
     code is built one column at a time, so beside the table the sort holds about three
     int64 arrays of its rows."""
@@ -335,8 +336,18 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
         np.multiply(code, s, out=code)
         code += arrays[c].astype(np.int64, copy=False)
         code -= a
-    order = np.argsort(code, kind="stable" if runs else None)
-    code = code[order]
+    shift = max(1, (n - 1).bit_length())
+    if not runs and span << shift < _SAFE_SUM:
+        # each code with its row number in the low bits: a plain sort of int64 (SIMD where the
+        # machine has it) instead of an argsort, 767,000 random codes 5.5 against 16.7 ms
+        np.left_shift(code, shift, out=code)
+        code |= np.arange(n, dtype=np.int64)
+        code.sort()
+        order = code & ((1 << shift) - 1)
+        np.right_shift(code, shift, out=code)
+    else:
+        order = np.argsort(code, kind="stable" if runs else None)
+        code = code[order]
     head = np.ones(n, dtype=bool)
     head[1:] = code[1:] != code[:-1]
     starts = np.nonzero(head)[0]
