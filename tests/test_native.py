@@ -161,16 +161,38 @@ def test_arrow_filter_and_union() -> None:
     assert rows(both) == rows(t) + rows(filtered)
 
 
-@settings(max_examples=40, deadline=None)
-@given(tables())
-def test_consolidated_through_duckdb_equals_arrow(table: pa.Table) -> None:
+@settings(max_examples=60, deadline=None)
+@given(tables(), st.booleans())
+def test_consolidated_through_duckdb_or_a_sort_equals_arrow(table: pa.Table, sort: bool) -> None:
+    """Every table "large": integer columns sorted by their packed codes (``sort``), or DuckDB."""
     cols = [c for c in table.column_names if c != "_d"]
     arrow = native.consolidated(table, cols)
-    limit = native.ARROW_GROUP_ROWS
-    native.ARROW_GROUP_ROWS = -1  # every table is "large": the DuckDB branch
-    try:
-        sql = native.consolidated(table, cols)
-    finally:
-        native.ARROW_GROUP_ROWS = limit
-    assert sql.column_names == arrow.column_names
-    assert rows(sql) == rows(arrow)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(native, "ARROW_GROUP_ROWS", -1)
+        if not sort:
+            m.setattr(native, "key_sorted", lambda *a, **k: None)
+        large = native.consolidated(table, cols)
+    assert large.column_names == arrow.column_names
+    assert large.schema.field("_d").type == pa.int64()
+    assert rows(large) == rows(arrow)
+
+
+def test_large_integer_tables_consolidate_by_sort_as_sql() -> None:
+    """A table above ``ARROW_GROUP_ROWS`` of integer and boolean columns without nulls goes
+    through the sort of packed codes: the same rows and column types as SQL's grouping."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    n = native.ARROW_GROUP_ROWS + 10_000
+    table = pa.table({"k": pa.array(rng.integers(-50, 50, n), pa.int32()), "b": rng.integers(0, 2, n).astype(bool),
+                      "t": rng.integers(0, 1_000, n), "_d": rng.choice([-1, 1, 2], n)})
+    cols = ["k", "b", "t"]
+    calls: list[int] = []
+    key_sorted = native.key_sorted
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(native, "key_sorted", lambda t, *a, **k: calls.append(t.num_rows) or key_sorted(t, *a, **k))
+        got = native.consolidated(table, cols)
+    assert calls == [n]
+    want = duck_consolidated(table, cols)
+    assert got.schema == want.schema.remove_metadata()
+    assert rows(got) == rows(want)

@@ -9,8 +9,9 @@ iteration, where a DuckDB query's fixed cost (registering its inputs, planning)
 is a few milliseconds and Arrow's hash grouping and ``is_in`` take a fraction of
 that.
 
-Arrow groups tables of up to :data:`ARROW_GROUP_ROWS` rows (DuckDB is faster on
-larger ones), and only where it gives exactly what the SQL gives: grouping columns of
+Arrow groups tables of up to :data:`ARROW_GROUP_ROWS` rows (larger ones of integer
+columns are sorted by :func:`key_sorted`'s packed codes, others go to DuckDB, faster than
+Arrow there), and only where it gives exactly what the SQL gives: grouping columns of
 integer, boolean, string, binary, date and timestamp types (floating point keys
 group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
 (checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
@@ -87,6 +88,12 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.T
         grouped = table.select(cols).append_column(diff, d).group_by(cols, use_threads=False).aggregate([(diff, "sum")])
         grouped = grouped.filter(pc.not_equal(grouped.column(f"{diff}_sum"), 0))
         return grouped.rename_columns([*cols, diff])
+    if cols:
+        # integer (or boolean) columns without nulls that pack into one int64: one sort of the
+        # packed codes (:func:`key_sorted`), 767,000 rows of three columns in 48-66 against 75-84 ms
+        kept = key_sorted(table.select([*cols, diff]), [], diff=diff)
+        if kept is not None:
+            return kept.table
     q = duck.quote(diff)
     select = f"{duck.cols(cols)}, " if cols else ""
     group = "GROUP BY ALL " if cols else ""
