@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from bfs import ours_run  # noqa: E402  (benchmarks/bfs.py)
-from common import base_parser, bfs_graph_args, make_spark, warm_spark  # noqa: E402
+from common import base_parser, bfs_graph_args, conf_arg, make_spark, spark_conf, warm_spark  # noqa: E402
 
 
 def machine_seconds() -> tuple[float, float]:
@@ -44,16 +44,9 @@ def machine_seconds() -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = bfs_graph_args(base_parser(__doc__ or ""))
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark configuration")
+    ap = conf_arg(bfs_graph_args(base_parser(__doc__ or "")))
     args = ap.parse_args(argv)
-    conf = {"spark.sql.shuffle.partitions": "4"}  # as benchmarks/bfs.py
-    for kv in args.conf:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            ap.error(f"--conf takes KEY=VALUE, got {kv!r}")
-        conf[key] = value
-    spark = make_spark(args, **conf)
+    spark = make_spark(args, **spark_conf(ap, args, **{"spark.sql.shuffle.partitions": "4"}))  # as benchmarks/bfs.py
     warm_spark(spark)
     import spark_differential as sd
 

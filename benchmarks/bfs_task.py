@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 sys.path.insert(0, HERE)
 
 from _workload import edge_updates  # noqa: E402
-from common import base_parser, bfs_graph_args, make_spark  # noqa: E402
+from common import base_parser, bfs_graph_args, conf_arg, make_spark, spark_conf  # noqa: E402
 
 
 def capture(spark: Any, nodes: int, edges: int, changes: int, batch: int, seed: int) -> tuple[Callable[..., Any], list[Any]]:
@@ -84,17 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="spark_differential.iterate.localThreads")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one more call")
     ap.add_argument("--profile-sort", default="cumulative", help="the profile's order (e.g. tottime)")
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="Spark configuration (repeatable), e.g. spark_differential.iterate.chunkRows=4000")
-    args = ap.parse_args(argv)
-    conf = {"spark.sql.shuffle.partitions": "4", "spark_differential.iterate.localRows": "50000000",
-            "spark_differential.iterate.localThreads": str(args.threads)}
-    for kv in args.conf:
-        key, eq, value = kv.partition("=")
-        if not eq:
-            ap.error(f"--conf takes KEY=VALUE, got {kv!r}")
-        conf[key] = value
-    spark = make_spark(args, **conf)
+    args = conf_arg(ap).parse_args(argv)
+    spark = make_spark(args, **spark_conf(ap, args, **{
+        "spark.sql.shuffle.partitions": "4", "spark_differential.iterate.localRows": "50000000",
+        "spark_differential.iterate.localThreads": str(args.threads)}))
     import spark_differential as sd
 
     f, batches = capture(spark, args.nodes, args.edges, args.changes, args.batch, args.seed)

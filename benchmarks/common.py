@@ -289,6 +289,24 @@ def cores_of(master: str) -> int:
     return os.cpu_count() or 2
 
 
+def conf_arg(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--conf KEY=VALUE`` (repeatable): Spark configuration, read by :func:`spark_conf`."""
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="Spark configuration (repeatable), e.g. spark_differential.iterate.chunkRows=4000")
+    return ap
+
+
+def spark_conf(ap: argparse.ArgumentParser, args: argparse.Namespace, **base: str) -> dict[str, str]:
+    """``base`` with every ``--conf KEY=VALUE`` of :func:`conf_arg` over it."""
+    conf = dict(base)
+    for kv in args.conf:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--conf takes KEY=VALUE, got {kv!r}")
+        conf[key] = value
+    return conf
+
+
 def make_spark(args: argparse.Namespace, **conf: str) -> Any:
     """The library's local SparkSession with the benchmark's driver memory and master."""
     import spark_differential as sd

@@ -1219,7 +1219,9 @@ def dd_iterate(
 
     Over a totally ordered time a top-level loop runs in time chunks when its inputs
     have many more updates than live rows (``spark_differential.iterate.chunkRows``:
-    updates per chunk, ``auto`` or ``off``); to find the collections entering the
+    updates per chunk, ``auto`` or ``off``; ``auto`` is the live rows, at least 2,000,
+    on the distributed path, and 16 times the live rows, at least 32,000, inside one
+    task); to find the collections entering the
     loop, ``body`` is then called once more before the first iteration, without
     running anything.
 
