@@ -54,6 +54,25 @@ def _set(tree: np.ndarray, size: int, slot: int, live: bool) -> None:
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _outputs(cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Room for ``cap`` output changes: key index, time, value, diff."""
+    return np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _merge_events(ev_val: np.ndarray, ev_d: np.ndarray, ne: int) -> None:
+    """Consolidate one time's ``ne`` output changes by value: each value's diffs summed into
+    its first change, the others' set to zero."""
+    for a in range(ne):
+        if ev_d[a] == 0:
+            continue
+        for b in range(a + 1, ne):
+            if ev_d[b] != 0 and ev_val[b] == ev_val[a]:
+                ev_d[a] += ev_d[b]
+                ev_d[b] = 0
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _sweep_key(
     order: np.ndarray,
     lo: int,
@@ -133,13 +152,8 @@ def _sweep_key(
             if not first and had_old:
                 ev_val[ne], ev_slot[ne], ev_d[ne] = prev_old, prev_old_slot, 1
                 ne += 1
-        for a in range(ne):  # consolidate the time's changes by value
-            if ev_d[a] == 0:
-                continue
-            for b in range(a + 1, ne):
-                if ev_d[b] != 0 and ev_val[b] == ev_val[a]:
-                    ev_d[a] += ev_d[b]
-                    ev_d[b] = 0
+        _merge_events(ev_val, ev_d, ne)
+        for a in range(ne):
             if ev_d[a] != 0:
                 out_pos[m], out_slot[m], out_d[m] = q - 1, ev_slot[a], ev_d[a]
                 m += 1
@@ -324,13 +338,20 @@ def _slots(sv: np.ndarray, m: int, scratch: int, vals: np.ndarray, slot: np.ndar
     return u
 
 
+# The rows of several keys as the traced sweeps read them, one tuple:
+# ``(old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound)``.  Key ``j``'s new updates
+# are ``new_*[bound[j]:bound[j + 1]]`` (in time order for the cached sweep); its old ones (the
+# trace) ``old_*[starts[b, j]:starts[b, j] + counts[b, j]]`` for every trace batch ``b``
+# (:func:`_gathered` makes the old part).
+KeyRows = tuple
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _gather(j: int, old_t: np.ndarray, old_v: np.ndarray, old_d: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-            new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray, largest: bool,
-            st: np.ndarray, sv: np.ndarray, sd: np.ndarray, sn: np.ndarray) -> int:
-    """Key ``j``'s rows into ``st``/``sv``/``sd`` (values complemented for a maximum) and ``sn``
-    (new or not): its trace batches' rows, then its new updates.  Returns the least time of the
-    new updates (``_NONE`` when it has none)."""
+def _gather(j: int, rows: tuple, largest: bool, st: np.ndarray, sv: np.ndarray, sd: np.ndarray, sn: np.ndarray) -> int:
+    """Key ``j``'s rows (``rows``: :data:`KeyRows`) into ``st``/``sv``/``sd`` (values complemented
+    for a maximum) and ``sn`` (new or not): its trace batches' rows, then its new updates.
+    Returns the least time of the new updates (``_NONE`` when it has none)."""
+    old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound = rows
     r = 0
     for b in range(counts.shape[0]):
         s0 = starts[b, j]
@@ -346,32 +367,39 @@ def _gather(j: int, old_t: np.ndarray, old_v: np.ndarray, old_d: np.ndarray, sta
     return start
 
 
-@njit(cache=True, nogil=True)
-def _traced_sweep(
-    old_t: np.ndarray,
-    old_v: np.ndarray,
-    old_d: np.ndarray,
-    starts: np.ndarray,
-    counts: np.ndarray,
-    new_t: np.ndarray,
-    new_v: np.ndarray,
-    new_d: np.ndarray,
-    bound: np.ndarray,
-    largest: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(key index, time, value, diff)`` of ``F(old + new) − F(old)`` for every key ``j``.
+@njit(cache=True, nogil=True, inline="always")
+def _key_rows(j: int, rows: tuple) -> int:
+    """Key ``j``'s number of rows (``rows``: :data:`KeyRows`): its new updates and its rows in
+    every trace batch."""
+    counts, bound = rows[4], rows[8]
+    m = bound[j + 1] - bound[j]
+    for b in range(counts.shape[0]):
+        m += counts[b, j]
+    return m
 
-    Key ``j``'s new updates are ``new_*[bound[j]:bound[j + 1]]``; its old ones (the
-    trace) are ``old_*[starts[b, j]:starts[b, j] + counts[b, j]]`` for every trace batch
-    ``b``.  The same sweep as :func:`_sweep`, key by key: the rows ordered by time, a
-    min-tree over the key's distinct values."""
-    nb, nk = counts.shape
-    total = len(old_t) + len(new_t)
+
+@njit(cache=True, nogil=True, inline="always")
+def _numbered(st: np.ndarray, sv: np.ndarray, m: int, scratch: int, vals: np.ndarray, slot: np.ndarray,
+              order: np.ndarray) -> tuple[int, int]:
+    """A gathered key's values numbered by slots (:func:`_slots`) and its rows put in time order
+    (``order``): ``(number of values, size of the min-tree over them)``."""
+    u = _slots(sv, m, scratch, vals, slot)
+    size = 1
+    while size < u:
+        size *= 2
+    _time_order(st, m, order)
+    return u, size
+
+
+@njit(cache=True, nogil=True)
+def _traced_sweep(rows: tuple, largest: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(key index, time, value, diff)`` of ``F(old + new) − F(old)`` for every key ``j`` of
+    ``rows`` (:data:`KeyRows`).  The same sweep as :func:`_sweep`, key by key: the rows
+    ordered by time, a min-tree over the key's distinct values."""
+    nk = rows[4].shape[1]
+    total = len(rows[0]) + len(rows[5])
     cap = 4 * total + 4
-    out_k = np.empty(cap, np.int64)
-    out_t = np.empty(cap, np.int64)
-    out_v = np.empty(cap, np.int64)
-    out_d = np.empty(cap, np.int64)
+    out_k, out_t, out_v, out_d = _outputs(cap)
     out_pos = np.empty(cap, np.int64)
     out_slot = np.empty(cap, np.int64)
     m_out = 0
@@ -385,9 +413,7 @@ def _traced_sweep(
     ev_slot = np.empty(4, np.int64)
     ev_d = np.empty(4, np.int64)
     for j in range(nk):
-        m = bound[j + 1] - bound[j]
-        for b in range(nb):
-            m += counts[b, j]
+        m = _key_rows(j, rows)
         if m > scratch:
             while scratch < m:
                 scratch *= 2
@@ -396,18 +422,14 @@ def _traced_sweep(
             cnt_old = np.empty(scratch, np.int64)
             tree_all = np.empty(2 * scratch, np.int64)
             tree_old = np.empty(2 * scratch, np.int64)
-        start = _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
+        start = _gather(j, rows, largest, st, sv, sd, sn)
         if start == _NONE:
             continue
-        u = _slots(sv, m, scratch, vals, slot)
-        size = 1
-        while size < u:
-            size *= 2
+        u, size = _numbered(st, sv, m, scratch, vals, slot, order)
         tree_all[: 2 * size] = _NONE
         tree_old[: 2 * size] = _NONE
         cnt_all[:u] = 0
         cnt_old[:u] = 0
-        _time_order(st, m, order)
         m0 = m_out
         m_out = _sweep_key(order, 0, m, st, slot, sd, sn, start, 0, vals, cnt_all, cnt_old, tree_all, tree_old, size,
                            ev_val, ev_slot, ev_d, out_pos, out_slot, out_d, m_out)
@@ -503,7 +525,7 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
                                     for c in ("_t0", "_a0", "_d")) for b in batches):
         return None
     if cache is None:
-        kj, t, v, d = _traced_sweep(*_gathered(batches, distinct, nk), new_t, new_v, new_d, bound, largest)
+        kj, t, v, d = _traced_sweep((*_gathered(batches, distinct, nk), new_t, new_v, new_d, bound), largest)
     else:
         ks = cache.slots(distinct)
         kj, t, v, d, failed = cache.sweep(ks, new_t, new_v, new_d, bound, largest)
@@ -514,9 +536,9 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
             rows = np.arange(total, dtype=np.int64) + np.repeat(bound[fj] - (np.cumsum(lens) - lens), lens)
             sub_bound = np.append(0, np.cumsum(lens)).astype(np.int64)
             sub = (new_t[rows], new_v[rows], new_d[rows])
-            old_t, old_v, old_d, starts, counts = _gathered(batches, [x[fj] for x in distinct], len(fj))
-            kj2, t2, v2, d2 = _traced_sweep(old_t, old_v, old_d, starts, counts, *sub, sub_bound, largest)
-            cache.rebuild(ks[fj], (old_t, old_v, old_d), starts, counts, *sub, sub_bound, largest)
+            failing = (*_gathered(batches, [x[fj] for x in distinct], len(fj)), *sub, sub_bound)
+            kj2, t2, v2, d2 = _traced_sweep(failing, largest)
+            cache.rebuild(ks[fj], failing, largest)
             kj, t, v, d = (np.concatenate(p) for p in ((kj, fj[kj2]), (t, t2), (v, v2), (d, d2)))
         cache.compact()
     at = pa.array(order[bound[kj]])  # a new row of each output's key
@@ -672,10 +694,7 @@ def _cached_sweep(
     new update on, not its trace.  Returns the outputs, ``failed`` and the pool, ``top``."""
     nk = len(ks)
     cap = 1024
-    out_k = np.empty(cap, np.int64)
-    out_t = np.empty(cap, np.int64)
-    out_v = np.empty(cap, np.int64)
-    out_d = np.empty(cap, np.int64)
+    out_k, out_t, out_v, out_d = _outputs(cap)
     failed = np.zeros(nk, np.bool_)
     m_out = 0
     dv = np.empty(_MAX_DELTA, np.int64)
@@ -711,7 +730,7 @@ def _cached_sweep(
         if m_out + 4 * need > cap:
             while cap < m_out + 4 * need:
                 cap *= 2
-            a, b, e, f = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+            a, b, e, f = _outputs(cap)
             a[:m_out], b[:m_out], e[:m_out], f[:m_out] = out_k[:m_out], out_t[:m_out], out_v[:m_out], out_d[:m_out]
             out_k, out_t, out_v, out_d = a, b, e, f
         m0 = m_out
@@ -787,13 +806,8 @@ def _cached_sweep(
                 if po_has:
                     ev_val[ne], ev_d[ne] = po_m, 1
                     ne += 1
-            for a_ in range(ne):  # consolidate the time's changes by value
-                if ev_d[a_] == 0:
-                    continue
-                for b_ in range(a_ + 1, ne):
-                    if ev_d[b_] != 0 and ev_val[b_] == ev_val[a_]:
-                        ev_d[a_] += ev_d[b_]
-                        ev_d[b_] = 0
+            _merge_events(ev_val, ev_d, ne)
+            for a_ in range(ne):
                 if ev_d[a_] != 0:
                     out_k[m_out], out_t[m_out] = j, s
                     out_v[m_out] = ~ev_val[a_] if largest else ev_val[a_]
@@ -813,27 +827,11 @@ def _cached_sweep(
 
 
 @njit(cache=True, nogil=True)
-def _rebuild(
-    ks: np.ndarray,
-    old_t: np.ndarray,
-    old_v: np.ndarray,
-    old_d: np.ndarray,
-    starts: np.ndarray,
-    counts: np.ndarray,
-    new_t: np.ndarray,
-    new_v: np.ndarray,
-    new_d: np.ndarray,
-    bound: np.ndarray,
-    largest: bool,
-    meta: np.ndarray,
-    pool: np.ndarray,
-    top: int,
-) -> tuple[np.ndarray, int]:
-    """Key ``j``'s steps (cache slot ``ks[j]``) swept from all its rows (as :func:`_traced_sweep`
-    takes them): ``(time, least value, its count)`` wherever they change; a key where some
+def _rebuild(ks: np.ndarray, rows: tuple, largest: bool, meta: np.ndarray, pool: np.ndarray,
+             top: int) -> tuple[np.ndarray, int]:
+    """Key ``j``'s steps (cache slot ``ks[j]``) swept from all its rows (``rows``: :data:`KeyRows`): ``(time, least value, its count)`` wherever they change; a key where some
     value's count is ever negative is marked dirty (its steps cannot say that values below
     the least count zero: it is swept from its trace from then on)."""
-    nb = counts.shape[0]
     scratch = 64
     st, sv, sd, sn, order, slot, vals = _key_buffers(scratch)
     cnt = np.empty(scratch, np.int64)
@@ -841,9 +839,7 @@ def _rebuild(
     steps = np.empty((scratch, 3), np.int64)
     for j in range(len(ks)):
         k = ks[j]
-        m = bound[j + 1] - bound[j]
-        for b in range(nb):
-            m += counts[b, j]
+        m = _key_rows(j, rows)
         if m > scratch:
             while scratch < m:
                 scratch *= 2
@@ -851,14 +847,10 @@ def _rebuild(
             cnt = np.empty(scratch, np.int64)
             tree = np.empty(2 * scratch, np.int64)
             steps = np.empty((scratch, 3), np.int64)
-        _gather(j, old_t, old_v, old_d, starts, counts, new_t, new_v, new_d, bound, largest, st, sv, sd, sn)
-        u = _slots(sv, m, scratch, vals, slot)
-        size = 1
-        while size < u:
-            size *= 2
+        _gather(j, rows, largest, st, sv, sd, sn)
+        u, size = _numbered(st, sv, m, scratch, vals, slot, order)
         tree[: 2 * size] = _NONE
         cnt[:u] = 0
-        _time_order(st, m, order)
         negative = 0
         ever = False
         nn = 0
@@ -964,13 +956,11 @@ class ExtremumCache:
         self.fast_keys += len(ks) - int(failed.sum())
         return kj, t, v, d, failed
 
-    def rebuild(self, ks: np.ndarray, old: tuple[np.ndarray, ...], starts: np.ndarray, counts: np.ndarray,
-                new_t: np.ndarray, new_v: np.ndarray, new_d: np.ndarray, bound: np.ndarray, largest: bool) -> None:
-        """The steps of keys ``ks`` swept again from all their rows (:func:`_rebuild`)."""
+    def rebuild(self, ks: np.ndarray, rows: tuple, largest: bool) -> None:
+        """The steps of keys ``ks`` swept again from all their rows (:data:`KeyRows`; :func:`_rebuild`)."""
         self.fallback_keys += len(ks)
-        self.trace_rows += len(old[0])
-        self.pool, self.top = _rebuild(ks, *old, starts, counts, new_t, new_v, new_d, bound, largest,
-                                       self.meta, self.pool, self.top)
+        self.trace_rows += len(rows[0])
+        self.pool, self.top = _rebuild(ks, rows, largest, self.meta, self.pool, self.top)
 
     @property
     def dirty(self) -> np.ndarray:
