@@ -60,7 +60,7 @@ import dataclasses
 import logging
 import re
 import time as _time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -835,17 +835,41 @@ def _chunk_step(step: Stateful, ch: Chunking) -> Stateful:
 
 def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int], int]:
     """Run the loop from its sources (the roots first) to its fixed point: ``(result, changes of
-    each iteration, number of time chunks)``.
+    each iteration, number of time chunks)``; :func:`stream`'s pieces as one table.
+
+    The last iteration's changes are nonzero only when ``max_iterations`` stopped the
+    loop (the result is then empty)."""
+    pieces: list[pa.Table] = []
+    run = stream(program, sources)
+    while True:
+        try:
+            pieces.append(next(run))
+        except StopIteration as end:
+            history, nchunks = end.value
+            break
+    if history[-1] or not pieces:
+        return program.roots.empty_table(), history, nchunks
+    return (pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)), history, nchunks
+
+
+def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table, None, tuple[list[int], int]]:
+    """Run the loop from its sources (the roots first) to its fixed point, yielding its
+    answer in pieces (``program.roots``' columns; together one consolidated collection, no
+    two pieces with a row of the same data and time) as they are known, and returning
+    ``(changes of each iteration, number of time chunks)``.
 
     In time chunks with ``program.threads`` above one and at least ``program.thread_min_rows``
     rows (chunked), the chunks are cut into that many
     groups of about equal rows, each group's loop run on a thread of its own (the
     kernels spend most of their time in numpy, Arrow, DuckDB and numba code that
-    releases the GIL); the groups never meet, so the answers are concatenated and the
-    changes of iteration ``i`` are the groups' changes of iteration ``i`` summed.
+    releases the GIL); the groups never meet, so the changes of iteration ``i`` are the
+    groups' changes of iteration ``i`` summed, and a group's answer is yielded as soon as
+    its loop ends (while the others go on: a task's answer then travels to the JVM while
+    the loop still runs), but for its rows at the times where a group starts, yielded
+    last, consolidated with the other group's.
 
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
-    loop (the result is then empty)."""
+    loop; pieces yielded before then are not the loop's answer (there is none)."""
     from .kernels.common import conform
 
     program = dataclasses.replace(program, steps=tuple(_unconsolidated(s) for s in program.steps))
@@ -856,16 +880,18 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
             sources = [_chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     if chunks is None:
         result, history = _loop(program, program.steps, sources)
-        return conform(_consolidate(result, program.roots.names[:-1]), program.roots), history, 0
+        if not history[-1]:
+            yield conform(_consolidate(result, program.roots.names[:-1]), program.roots)
+        return history, 0
     steps = tuple(_chunk_step(s, chunks) if isinstance(s, Stateful) else s for s in program.steps)
     rows = sum(t.num_rows for t in sources)
     groups = _chunk_groups(sources, chunks, program.threads if rows >= program.thread_min_rows else 1)
     if len(groups) == 1:
         result, history = _loop(program, steps, sources)
-        if history[-1]:
-            return program.roots.empty_table(), history, chunks.count
-        return conform(_unchunked(result, program.data, chunks), program.roots), history, chunks.count
-    from concurrent.futures import ThreadPoolExecutor
+        if not history[-1]:
+            yield conform(_unchunked(result, program.data, chunks), program.roots)
+        return history, chunks.count
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     def one(group: list[pa.Table]) -> tuple[pa.Table | None, list[int]]:
         # each group un-chunks its own answer on its thread: rows at times inside the
@@ -874,12 +900,39 @@ def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, li
         res, hist = _loop(program, steps, group)
         return (None if hist[-1] else _unchunked(res, program.data, chunks)), hist
 
+    starts = _group_starts(groups, chunks)
+    held: list[pa.Table] = []  # the groups' rows at the times where a group starts
+    histories: list[list[int]] = []
+    stopped = False
     with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="sd-chunks") as pool:
-        done = list(pool.map(one, groups))
-    history = [sum(h[i] for _, h in done if i < len(h)) for i in range(max(len(h) for _, h in done))]
-    if history[-1]:
-        return program.roots.empty_table(), history, chunks.count
-    return conform(_joined(program, [r for r, _ in done], _group_starts(groups, chunks)), program.roots), history, chunks.count
+        running = {pool.submit(one, g) for g in groups}
+        while running:
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                res, hist = f.result()
+                histories.append(hist)
+                stopped = stopped or bool(hist[-1])
+                if res is None or stopped:
+                    continue
+                inner, edge = _split_at(res, starts)
+                held.append(edge)
+                if inner.num_rows:
+                    yield conform(inner, program.roots)
+    history = [sum(h[i] for h in histories if i < len(h)) for i in range(max(len(h) for h in histories))]
+    if not history[-1]:
+        edges = pa.concat_tables(held, promote_options="permissive") if held else None
+        if edges is not None and edges.num_rows:
+            yield conform(_consolidate(edges, program.roots.names[:-1]), program.roots)
+    return history, chunks.count
+
+
+def _split_at(table: pa.Table, times: Sequence[int]) -> tuple[pa.Table, pa.Table]:
+    """``table``'s rows at times other than ``times``, and its rows at ``times``."""
+    import pyarrow.compute as pc
+
+    t = leaves(1)[0]
+    at = pc.is_in(table.column(t), value_set=pa.array(times, table.schema.field(t).type))
+    return table.filter(pc.invert(at)), table.filter(at)
 
 
 def _group_starts(groups: Sequence[Sequence[pa.Table]], ch: Chunking) -> list[int]:
@@ -892,24 +945,6 @@ def _group_starts(groups: Sequence[Sequence[pa.Table]], ch: Chunking) -> list[in
         lows = [pc.min(tb.column(t)).as_py() for tb in group if tb.num_rows]
         starts.append(int(ch.of([min(lows)])[0]))
     return starts
-
-
-def _joined(program: Program, parts: Sequence[pa.Table | None], starts: Sequence[int]) -> pa.Table:
-    """Groups' un-chunked answers as one consolidated collection: only rows at the times
-    where a group starts are consolidated again (each group's rows are consolidated, and
-    at every other time only one group has rows)."""
-    import pyarrow.compute as pc
-
-    t = leaves(1)[0]
-    cols = [*program.data, t, DIFF]
-    table = pa.concat_tables([p.select(cols) for p in parts if p is not None], promote_options="permissive")
-    if not starts or table.num_rows == 0:
-        return table
-    at = pc.is_in(table.column(t), value_set=pa.array(starts, table.schema.field(t).type))
-    meet = table.filter(at)
-    if meet.num_rows == 0:
-        return table
-    return pa.concat_tables([table.filter(pc.invert(at)), _consolidate(meet, cols[:-1])], promote_options="permissive")
 
 
 def _unconsolidated(step: Stateful | Concat) -> Stateful | Concat:
@@ -1028,12 +1063,56 @@ def _freeze_imports() -> None:
         _FROZEN_MODULES = len(sys.modules)
 
 
-def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: read every source, iterate, yield the result and a status row."""
+class _Reports:
+    """The accumulator a classic session's loop tasks report through: each task adds one
+    ``(status, answer)`` pair, the status as JSON (:func:`_status_json`), the answer as Arrow
+    IPC bytes when it is small enough to come back with the job (else ``None``: it is in
+    the job's output).  PySpark sends a task's additions back with its result, and the
+    driver merges only those of the attempts that succeeded (a retried task's failed
+    attempts add nothing)."""
+
+    @staticmethod
+    def param() -> Any:
+        from pyspark.accumulators import AccumulatorParam
+
+        class _Param(AccumulatorParam):  # type: ignore[type-arg]
+            def zero(self, value: list) -> list:
+                return []
+
+            def addInPlace(self, a: list, b: list) -> list:  # noqa: N802 - pyspark's name
+                a.extend(b)
+                return a
+
+        return _Param()
+
+
+def task(program: Program, out_schema: pa.Schema,
+         reports: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: read every source, iterate, yield the result.
+
+    How the task ended (and a small answer) goes to ``reports`` (a classic session's
+    accumulator, :class:`_Reports`), whose task output is the answer's rows alone; without
+    one (Spark Connect) the task's last row is a status row (:data:`META`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from looped(batches)
         _freeze_imports()  # the task's tables are gone with looped's frame
+
+    def report(status: int, iters: int, changing: int, history: Sequence[int] = (), chunks: int = 0,
+               phases: str = "", local: bool = False, answer: pa.Table | None = None) -> Iterator[pa.RecordBatch]:
+        meta = _status_json(status, iters, changing, history, chunks, phases, local)
+        if reports is None:
+            yield _status(out_schema, meta)
+            return
+        blob = None
+        if answer is not None:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, answer.schema) as w:
+                w.write_table(answer)
+            blob = sink.getvalue().to_pybytes()
+        reports.add([(meta, blob)])
+        return
+        yield  # a generator
 
     def looped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -1044,26 +1123,45 @@ def task(program: Program, out_schema: pa.Schema) -> Callable[[Iterator[pa.Recor
         for b in batches:
             rows += b.num_rows
             if rows > program.limit:
-                yield _status(out_schema, TOO_LARGE, 0, rows)
+                yield from report(TOO_LARGE, 0, rows)
                 return
             seen.append(b)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None or table.num_rows == 0:
-            yield _status(out_schema, DONE, 0, 0, local=program.local_rows > 0)
+            yield from report(DONE, 0, 0, local=program.local_rows > 0)
             return
         tags = table.column(SRC)
         sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
         read = _time.perf_counter()
-        result, history, nchunks = iterate(program, sources)
+        # the answer's pieces go to the JVM as the loop yields them (stream), but for a small
+        # answer, held until it is known small enough to come back with the job
+        run = stream(program, sources)
+        held: list[pa.Table] | None = []
+        rows = nbytes = 0
+        while True:
+            try:
+                piece = next(run)
+            except StopIteration as end:
+                history, nchunks = end.value
+                break
+            if held is not None:
+                held.append(piece)
+                rows, nbytes = rows + piece.num_rows, nbytes + piece.nbytes
+                if rows <= program.local_rows and nbytes <= LOCAL_RESULT_BYTES:
+                    continue
+                pieces, held = held, None
+            else:
+                pieces = [piece]
+            for p in pieces:
+                yield from _with_status(p, out_schema).to_batches()
         phases = f"{read - started:.3f},{_time.perf_counter() - read:.3f}"
         if history[-1]:
-            yield _status(out_schema, LIMIT, len(history), history[-1], history, nchunks, phases)
+            yield from report(LIMIT, len(history), history[-1], history, nchunks, phases)
             return
-        local = 0 < result.num_rows <= program.local_rows and result.nbytes <= LOCAL_RESULT_BYTES
-        for b in _with_status(result, out_schema, local).to_batches():
-            yield b
-        yield _status(out_schema, DONE, len(history), 0, history, nchunks, phases,
-                      local=local or (result.num_rows == 0 and program.local_rows > 0))
+        # program.local_rows is 0 without reports (Spark Connect): nothing is held there
+        local = held is not None and program.local_rows > 0
+        answer = (pa.concat_tables(held) if held else program.roots.empty_table()) if local else None
+        yield from report(DONE, len(history), 0, history, nchunks, phases, local=local, answer=answer)
 
     return run
 
@@ -1078,22 +1176,32 @@ def _source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
 
 
 def _with_status(result: pa.Table, schema: pa.Schema, local: bool = False) -> pa.Table:
-    """The answer's rows in the task's output schema: :data:`META` null, or ``""`` (``local``)."""
-    n = result.num_rows
-    meta = pa.array([""] * n, pa.string()) if local else pa.nulls(n, pa.string())
-    arrays = [meta if f.name == META else result.column(f.name) for f in schema]
+    """The answer's rows in the task's output schema: :data:`META` (where the schema has
+    it) null, or ``""`` (``local``)."""
     from .kernels.common import conform
 
+    n = result.num_rows
+    if META not in schema.names:
+        return conform(result.select(schema.names), schema)
+    meta = pa.array([""] * n, pa.string()) if local else pa.nulls(n, pa.string())
+    arrays = [meta if f.name == META else result.column(f.name) for f in schema]
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
-def _status(schema: pa.Schema, status: int, iters: int, changing: int, history: Sequence[int] = (),
-            chunks: int = 0, phases: str = "", local: bool = False) -> pa.RecordBatch:
-    """The task's last row: the answer's columns null, :data:`META` how it ended (JSON)."""
+def _status_json(status: int, iters: int, changing: int, history: Sequence[int] = (), chunks: int = 0,
+                 phases: str = "", local: bool = False) -> str:
+    """How a task ended, as JSON: status, iterations, changes of the last one, changes per
+    iteration (comma-separated), time chunks, phases (seconds reading, iterating), whether
+    the answer came back with the job."""
     import json
 
-    meta = json.dumps({"status": status, "iters": iters, "changing": changing, "history": ",".join(map(str, history)),
+    return json.dumps({"status": status, "iters": iters, "changing": changing, "history": ",".join(map(str, history)),
                        "chunks": chunks, "phases": phases, "local": local})
+
+
+def _status(schema: pa.Schema, meta: str) -> pa.RecordBatch:
+    """The task's last row on Spark Connect: the answer's columns null, :data:`META` how it
+    ended (:func:`_status_json`)."""
     arrays = [pa.array([meta if f.name == META else None], f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -1144,13 +1252,13 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     are consolidated across chunks by Spark.
 
     Raises :class:`IterationLimitExceeded` as the distributed loop does."""
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     from .collection import quoted
     from .errors import IterationLimitExceeded, from_job_failure
     from .execution import arrow_schema
+    from .kernels.common import conform
 
     spark = df.sparkSession
     ttype = cs.ttype
@@ -1183,46 +1291,35 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         *[T.StructField(c, cs.field(c).dataType, True) for c in data],
         *[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
         T.StructField(DIFF, T.LongType(), True),
-        T.StructField(META, T.StringType(), True),
     ]
+    if connect:
+        # Spark Connect has no accumulators: each task's last row says how it ended (META),
+        # kept in the checkpoint and read back (one small job)
+        fields.append(T.StructField(META, T.StringType(), True))
     schema = T.StructType(fields)
     answer = [*data, *leaves(program.width), DIFF]  # the answer's columns (the first fields)
-    out = union.mapInArrow(task(program, arrow_schema(spark, schema)), schema)
-    obs = None if connect else Observation()
-    if obs is None:
-        # Spark Connect: a checkpoint's reply carries no observed metrics; the status row stays
-        # in the checkpoint and is read back (and no answer is marked local: local_rows is 0)
-        observed = out
-    elif spread is None:
-        # the status row (the greatest META: JSON against "") and a small answer (its rows' META
-        # "") come back with the metrics and are left out of the checkpoint, as is META; the one
-        # task's metrics are counted once (a result stage)
-        observed = out.observe(obs, F.expr(f"max({META}) AS m"), F.expr(
-            f"collect_list(IF({META} = '', struct({', '.join(map(quoted, answer))}), NULL)) AS rows"
-        )).where(f"{META} IS NULL").select(*qcols(answer))
-    else:
-        observed = out.observe(obs, F.expr(f"collect_list({META}) AS m"))  # every task's status row
+    reports = None if connect else spark.sparkContext.accumulator([], _Reports.param())
+    out = union.mapInArrow(task(program, arrow_schema(spark, schema), reports), schema)
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
-        observed = observed.where(F.col(META).isNull()).groupBy(*qcols(names_)).agg(
-            F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+        out = out.groupBy(*qcols(names_)).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
     try:
-        kept = observed.localCheckpoint(eager=True)
+        kept = out.localCheckpoint(eager=True)
     except Exception as e:
         mine = from_job_failure(e)
         if mine is not None:
             raise mine from e
         raise
-    jrow = None
-    if obs is None:  # the task's status row, from the checkpoint (one small job reading it)
+    small = None  # the answer as Arrow IPC bytes, where it came back with the job
+    if reports is None:  # the task's status row, from the checkpoint (one small job reading it)
         metrics = _metrics([r[0] for r in kept.where(F.col(META).isNotNull()).select(META).collect()])
-        kept = kept.where(F.col(META).isNull())
-    elif spread is None:
-        jrow = obs._jo.getRow()  # the metrics, on the JVM: the answer's rows need not visit Python
-        metrics = _metrics([jrow.getString(0)])
+        kept = kept.where(F.col(META).isNull()).select(*qcols(answer))
     else:
-        metrics = _metrics(obs.get["m"])
+        got = reports.value
+        metrics = _metrics([m for m, _ in got])
+        if spread is None and len(got) == 1:
+            small = got[0][1]
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
@@ -1249,13 +1346,10 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
                  float(looping))
     if status == LIMIT:
         raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
-    if jrow is not None:
-        if metrics.get("local"):  # the answer is local rows: nothing to read from the checkpoint
-            from pyspark.sql import DataFrame
-
-            jschema = spark._jsparkSession.parseDataType(T.StructType(fields[: len(answer)]).json())
-            kept = DataFrame(spark._jsparkSession.createDataFrame(jrow.getList(1), jschema), spark)
-        # (the status row was left out of the checkpoint as well)
+    if metrics.get("local"):  # the answer came back with the job: local rows, no job to read them
+        arrow = arrow_schema(spark, schema)
+        table = pa.ipc.open_stream(small).read_all() if small else arrow.empty_table()
+        kept = spark.createDataFrame(conform(table.select(arrow.names), arrow), schema)
     if sql_type is not None:
         return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
     time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])

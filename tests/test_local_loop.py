@@ -354,8 +354,8 @@ def test_status_rows_combine_per_field() -> None:
     local if any task's was; no status row at all reads as none."""
     import json
 
-    a = local_loop._status(pa.schema([("x", pa.int64()), (local_loop.META, pa.string())]), local_loop.DONE, 7, 0,
-                           [3, 1, 0], 4, "0.1,0.2", local=True)
+    a = local_loop._status(pa.schema([("x", pa.int64()), (local_loop.META, pa.string())]),
+                           local_loop._status_json(local_loop.DONE, 7, 0, [3, 1, 0], 4, "0.1,0.2", local=True))
     assert a.column(0).to_pylist() == [None]
     first = json.loads(a.column(1)[0].as_py())
     assert first == {"status": 0, "iters": 7, "changing": 0, "history": "3,1,0", "chunks": 4, "phases": "0.1,0.2",

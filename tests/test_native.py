@@ -196,3 +196,26 @@ def test_large_integer_tables_consolidate_by_sort_as_sql() -> None:
     want = duck_consolidated(table, cols)
     assert got.schema == want.schema.remove_metadata()
     assert rows(got) == rows(want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cols=st.integers(1, 3).flatmap(lambda k: st.integers(0, 40).flatmap(lambda n: st.lists(
+    st.lists(st.integers(-5, 5), min_size=n, max_size=n), min_size=k, max_size=k))), wide=st.booleans())
+def test_sort_order_is_a_stable_lexicographic_sort(cols: list[list[int]], wide: bool) -> None:
+    """``stab.sort_order`` (one sort of packed keys with the row number in their low bits, or
+    a stable argsort where they do not fit, or ``np.lexsort`` where the columns do not pack)
+    orders rows as ``np.lexsort`` does, ties in row order; ``sort_packed`` also gives the
+    sorted keys."""
+    import numpy as np
+
+    from spark_differential.kernels import stab
+
+    arrays = [np.array(c, dtype=np.int64) for c in cols]
+    if wide and arrays[0].size:  # a first column spanning ~2^61: packed keys past the row bits, or no packing
+        arrays[0] = arrays[0] * (1 << 58)
+    want = np.lexsort(tuple(reversed(arrays)))
+    assert stab.sort_order(arrays).tolist() == want.tolist()
+    key = stab.packed(arrays)
+    if key is not None:
+        order, keys = stab.sort_packed(key.copy())
+        assert order.tolist() == want.tolist() and keys.tolist() == key[want].tolist()

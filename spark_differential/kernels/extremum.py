@@ -512,7 +512,7 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
             return None
         code, _ = radix.codes(key_values)  # type: ignore[arg-type]
         # the steps need each key's updates in time order; the sweep orders them itself
-        order = np.lexsort((cols[0], code)) if cache is not None else np.argsort(code, kind="stable")
+        order = sort_order([code, cols[0]]) if cache is not None else np.argsort(code, kind="stable")
         sc = code[order]
     head = np.ones(len(sc), dtype=bool)
     head[1:] = sc[1:] != sc[:-1]

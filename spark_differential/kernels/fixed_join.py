@@ -49,7 +49,8 @@ WORK_SLACK = 100_000
 class Fixed:
     """One side of a join prepared for :func:`join_fixed`: its rows (consolidated, in key
     and time order, their keys packed by ``radix`` into ascending ``codes``) and its
-    segments of constant nonzero running count per ``(key, data)``, ordered by key."""
+    segments of constant nonzero running count per ``(key, data)``, ordered by key and,
+    within a key, by their starts."""
 
     table: pa.Table  # the side's rows (kernel columns), in (key, time) order
     key: tuple[str, ...]
@@ -80,7 +81,7 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
     >>> list(zip(f.seg_start.tolist(), f.seg_end.tolist(), f.seg_count.tolist()))
     [(0, 5, 1), (2, 9223372036854775807, 1)]
     """
-    from .stab import dense_ranks, ids
+    from .stab import dense_ranks, ids, sort_order
 
     key = tuple(key)
     if isinstance(table, KeySorted):
@@ -103,7 +104,7 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
     codes = ks.codes
     # (key, data) groups: dense ids, the rows in (group, time) order
     did = dense_ranks([codes, ids([rows.column(c) for c in data], n)])[0] if data else dense_ranks([codes])[0]
-    order = np.lexsort((t, did))
+    order = sort_order([did, t])
     g, ts, ds = did[order], t[order], d[order]
     first = np.ones(n, dtype=bool)
     first[1:] = g[1:] != g[:-1]
@@ -125,8 +126,12 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
         every = np.arange(span + 1, dtype=np.int64)
         offsets = np.searchsorted(codes, every, side="left")
         seg_offsets = np.searchsorted(seg_code, every, side="left")
-    return Fixed(rows, key, ks.radix, codes, t, d, seg_code, seg_row, ts[keep], end[keep], count[keep],
-                 offsets, seg_offsets)
+    # within a key, the segments in order of their starts: a stabbing pass over them stops
+    # at the first that starts after the time it looks for
+    by_start = sort_order([seg_code, ts[keep]])
+    seg_row = seg_row[by_start]
+    return Fixed(rows, key, ks.radix, codes, t, d, seg_code, seg_row, ts[keep][by_start], end[keep][by_start],
+                 count[keep][by_start], offsets, seg_offsets)
 
 
 @njit(cache=True, nogil=True)
@@ -136,37 +141,52 @@ def _walk(p_grp: np.ndarray, p_t: np.ndarray, p_d: np.ndarray, p_bound: np.ndarr
           out_t: np.ndarray, out_d: np.ndarray) -> int:
     """Both stabbing joins of ``P`` against the prepared side, key by key: key ``k``'s new
     updates are ``P[p_bound[k]:p_bound[k + 1]]`` in ``(group, time)`` order (``p_grp``: the
-    row's ``(key, data)`` group), its segments ``[a0[k], a1[k])``, its rows ``[b0[k], b1[k])``.
+    row's ``(key, data)`` group), its segments ``[a0[k], a1[k])`` in order of their starts,
+    its rows ``[b0[k], b1[k])`` in time order.
     Writes ``(P row, S row, time, diff)`` of every output row; returns how many."""
     m = 0
     for k in range(len(p_bound) - 1):
         i, j = p_bound[k], p_bound[k + 1]
-        # P's updates against S accumulated at their times
+        # P's updates against S accumulated at their times (the key's segments by start)
         for p in range(i, j):
             if p_d[p] == 0:
                 continue
             tp = p_t[p]
             for s in range(a0[k], a1[k]):
-                if seg_start[s] <= tp < seg_end[s]:
+                if seg_start[s] > tp:
+                    break
+                if tp < seg_end[s]:
                     out_p[m] = p
                     out_s[m] = seg_row[s]
                     out_t[m] = tp
                     out_d[m] = p_d[p] * seg_count[s]
                     m += 1
-        # S's updates against each (key, data) group of P accumulated strictly before them
+        # S's updates against each (key, data) group of P accumulated strictly before them:
+        # from S's first update after the group's first, while some of the group counts
         g0 = i
         while g0 < j:
             g1 = g0
             while g1 < j and p_grp[g1] == p_grp[g0]:
                 g1 += 1
+            x, y = b0[k], b1[k]
+            while x < y:
+                mid = (x + y) // 2
+                if s_t[mid] <= p_t[g0]:
+                    x = mid + 1
+                else:
+                    y = mid
             q = g0
             acc = 0
-            for s in range(b0[k], b1[k]):
+            for s in range(x, b1[k]):
                 ts = s_t[s]
                 while q < g1 and p_t[q] < ts:
                     acc += p_d[q]
                     q += 1
-                if acc != 0 and s_d[s] != 0:
+                if acc == 0:
+                    if q == g1:
+                        break
+                    continue
+                if s_d[s] != 0:
                     out_p[m] = g0
                     out_s[m] = s
                     out_t[m] = ts
@@ -201,7 +221,7 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
 
     (edge 1→7 lives on ``[0, 5)``; the value 3 on ``[2, 4)``: the pair on ``[2, 4)``)
     """
-    from .stab import exact_type, ids
+    from .stab import exact_type, ids, sort_order
 
     if not all(exact_type(new.schema.field(c).type) for c in new_data):
         return None  # groups of new updates by data need plain value equality
@@ -218,7 +238,7 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
     if inside is not None:  # keys the fixed side does not have meet nothing
         code = np.where(inside, code, -1)
     grp = ids([new.column(c) for c in new_data], n) if new_data else np.zeros(n, dtype=np.int64)
-    order = np.lexsort((t, grp, code))
+    order = sort_order([code + 1, grp, t])  # (key, group, time); key code -1: none
     p_code, p_grp, p_t, p_d = code[order], grp[order], t[order], d[order]
     head = np.ones(n, dtype=bool)
     head[1:] = p_code[1:] != p_code[:-1]

