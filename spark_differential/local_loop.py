@@ -799,19 +799,48 @@ def _chunked(table: pa.Table, cols: Sequence[str], ch: Chunking) -> pa.Table:
 
 def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking) -> pa.Table:
     """Per-chunk answers as one collection: each chunk's answer, accumulated, is retracted
-    where the next chunk's snapshot takes over."""
-    from .kernels import duck
+    where the next chunk's snapshot takes over.
+
+    Where the columns allow (integers: :func:`~spark_differential.kernels.native.key_sorted`)
+    one sort consolidates the answer in ``(data, time)`` order, the retractions come from
+    one pass over it (a chunk's rows of one data value are consecutive), and only the rows
+    at the chunks' starts meet them; else DuckDB sums each chunk's rows."""
+    from .kernels import duck, native
 
     t = leaves(1)[0]
-    d = duck.cols(data)
-    sep = ", " if data else ""
-    sql = (
-        f"SELECT {d}{sep}_c + {ch.width} AS {t}, -_s AS {DIFF} FROM (SELECT {d}{sep}{t} - ({t} - {ch.t0}) % {ch.width} AS _c, "
-        f"sum({DIFF})::BIGINT AS _s FROM $X GROUP BY ALL) AS e WHERE _s <> 0 AND _c < {ch.last}"
-    )
-    ends = duck.query(sql, {"X": result})
     cols = [*data, t, DIFF]
-    return _consolidate(pa.concat_tables([result.select(cols), ends.select(cols)], promote_options="permissive"), cols[:-1])
+    ks = native.key_sorted(result.select(cols), list(data), diff=DIFF, then=[t]) if result.num_rows else None
+    if ks is None:
+        d = duck.cols(data)
+        sep = ", " if data else ""
+        sql = (
+            f"SELECT {d}{sep}_c + {ch.width} AS {t}, -_s AS {DIFF} FROM (SELECT {d}{sep}{t} - ({t} - {ch.t0}) % {ch.width} AS _c, "
+            f"sum({DIFF})::BIGINT AS _s FROM $X GROUP BY ALL) AS e WHERE _s <> 0 AND _c < {ch.last}"
+        )
+        ends = duck.query(sql, {"X": result})
+        return _consolidate(pa.concat_tables([result.select(cols), ends.select(cols)], promote_options="permissive"),
+                            cols[:-1])
+    table = ks.table
+    times = ks.values(t)
+    diffs = ks.values(DIFF)
+    assert times is not None and diffs is not None
+    chunk = ch.of(times)
+    head = np.ones(len(times), dtype=bool)
+    head[1:] = (ks.codes[1:] != ks.codes[:-1]) | (chunk[1:] != chunk[:-1])
+    starts = np.nonzero(head)[0]
+    sums = np.add.reduceat(diffs, starts)
+    keep = (sums != 0) & (chunk[starts] < ch.last)
+    at = starts[keep]
+    ends = table.take(pa.array(at)).select(cols)
+    ends = ends.set_column(len(data), t, pa.array(chunk[at] + ch.width, ends.schema.field(t).type))
+    ends = ends.set_column(len(data) + 1, DIFF, pa.array(-sums[keep], ends.schema.field(DIFF).type))
+    if ends.num_rows == 0:
+        return table
+    meet = (chunk == times) & (times > ch.t0)  # the answer's rows at a chunk's start
+    if not meet.any():
+        return pa.concat_tables([table, ends])
+    return pa.concat_tables([table.filter(pa.array(~meet)), _consolidate(pa.concat_tables(
+        [table.filter(pa.array(meet)), ends]), cols[:-1])])
 
 
 def _chunk_step(step: Stateful, ch: Chunking) -> Stateful:
