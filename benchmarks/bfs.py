@@ -14,7 +14,8 @@ edge and adds a new random one (``examples/_workload.py``).  For every size in
 
 Every participant is timed from its input in memory to its answer: ours from the
 change log as a checkpointed Spark DataFrame to the result materialised and counted
-(loading the generated changes into Spark is shown beside it, not in the ratio),
+(loading the generated changes into Spark is shown beside it, not in the ratio; a
+garbage collection of the JVM, not timed, before each of our runs),
 Python including its own BFS bookkeeping, Pathway without its child process's
 start-up and imports.  ``--repeat N`` times every participant ``N`` times and keeps
 the best (default 1).
@@ -211,6 +212,7 @@ def ours_run(spark: Any, nodes: int, edges: int, changes: int, seed: int, batch:
     lg = logging.getLogger("spark_differential")
     lg.addHandler(handler)
     lg.setLevel(logging.INFO)
+    settle(spark)
     try:
         started = time.perf_counter()
         # dd_iterate runs eagerly and returns its result materialised (a checkpoint): count it
@@ -221,6 +223,16 @@ def ours_run(spark: Any, nodes: int, edges: int, changes: int, seed: int, batch:
         lg.removeHandler(handler)
     return {"seconds": seconds, "seconds_with_input_load": time.perf_counter() - loading, "changes": n,
             "result": result, "updates": updates, "iterations": handler.rows}
+
+
+def settle(spark: Any) -> None:
+    """A garbage collection of this process and of the JVM before one of our runs (not timed):
+    each run starts with the heap as clean as the last one's, instead of paying for the
+    garbage of the run before (a distinct-times run leaves ~7x the batched run's answer)."""
+    import gc
+
+    gc.collect()
+    spark._jvm.System.gc()
 
 
 def measure_ours(label: str, fn: Any, res: dict[str, Any], repeat: int) -> Measurement:

@@ -400,3 +400,48 @@ def test_unchunked_retracts_each_chunk_where_the_next_takes_over(data: st.DataOb
     pairs = [(tuple(r.values())[:-1], r["diff"]) for r in got.to_pylist()]
     assert all(d != 0 for _, d in pairs) and len({k for k, _ in pairs}) == len(pairs)  # consolidated
     assert dict(pairs) == {k: v for k, v in want.items() if v}
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), ndata=st.integers(0, 2), kind=st.sampled_from(["int", "string", "list"]),
+       ordered=st.booleans(), cap=st.integers(1, 5))
+def test_answer_runs_explode_to_the_answer(data: st.DataObject, ndata: int, kind: str, ordered: bool,
+                                           cap: int) -> None:
+    """``_runs``: the task's answer as one row per run of consecutive rows with equal data
+    (nulls equal to nulls), at most ``RUN_ROWS`` to a row, times and diffs in a list
+    column: exploded, the answer's rows; maximal runs on an answer sorted by its data; a
+    type without equality (lists) in runs of one row."""
+    n = data.draw(st.integers(0, 25))
+    names = [f"x{i}" for i in range(ndata)]
+    types = {"int": pa.int64(), "string": pa.string(), "list": pa.list_(pa.int64())}
+    cols: dict[str, pa.Array] = {}
+    for c in names:
+        values = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=n, max_size=n))
+        cols[c] = pa.array([None if v is None else (f"v{v}" if kind == "string" else [v] if kind == "list" else v)
+                            for v in values], types[kind])
+    t = local_loop.leaves(1)[0]
+    cols[t] = pa.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), pa.int64())
+    cols["diff"] = pa.array(data.draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), pa.int64())
+    answer = pa.table(cols)
+    if ordered and names and kind != "list":
+        answer = answer.sort_by([(c, "ascending") for c in names])
+    row = pa.struct([pa.field(t, pa.int64()), pa.field("diff", pa.int64())])
+    schema = pa.schema([*[answer.schema.field(c) for c in names], pa.field(local_loop.ROWS, pa.list_(row))])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(local_loop, "RUN_ROWS", cap)
+        runs = local_loop._runs(answer, names, schema)
+    assert runs.schema == schema
+    def hashable(v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v
+
+    exploded = [(*(hashable(r[c]) for c in names), e[t], e["diff"]) for r in runs.to_pylist()
+                for e in r[local_loop.ROWS]]
+    assert Counter(exploded) == Counter(tuple(map(hashable, r.values())) for r in answer.to_pylist())
+    sizes = [len(r[local_loop.ROWS]) for r in runs.to_pylist()]
+    assert all(0 < k <= cap for k in sizes)
+    if kind == "list" and names:
+        assert runs.num_rows == n
+    elif ordered or not names:  # every value's rows consecutive: runs as long as the cap allows
+        keys = [tuple(r[c] for c in names) for r in answer.to_pylist()]
+        groups = Counter(keys)
+        assert runs.num_rows == sum(-(-k // cap) for k in groups.values())
