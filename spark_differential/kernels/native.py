@@ -314,6 +314,7 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     int64 arrays of its rows."""
     import numpy as np
 
+    from .order import sorted_sums
     from .stab import sort_packed
 
     key = list(key)
@@ -350,24 +351,18 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
         code = code[order]
     else:
         order, code = sort_packed(code, overwrite=True)
-    head = np.ones(n, dtype=bool)
-    head[1:] = code[1:] != code[:-1]
-    starts = np.nonzero(head)[0]
-    del head
-    sums = np.add.reduceat(_int_values(table.column(diff))[order], starts)  # type: ignore[index]
-    nonzero = sums != 0
-    rows = order[starts[nonzero]]
+    rows, at, sums = sorted_sums(code, order, _int_values(table.column(diff)))
     del order
     rest_span = 1
     for s in size[len(key):]:
         rest_span *= s
-    codes = code[starts[nonzero]] // rest_span
+    codes = code[at] // rest_span
     del code
     # the kept rows gathered by numpy (an Arrow take of a table of several chunks, a merge's
     # concatenation, costs several times more), int64 columns kept for KeySorted.values
     kept = {c: arrays[c][rows] for c in cols}
     known = {c: v for c, v in kept.items() if v.dtype == np.int64}
-    d = sums[nonzero].astype(np.int64, copy=False)
+    d = sums
     known[diff] = d
     columns = {c: pa.array(kept[c], type=table.schema.field(c).type) for c in cols}
     columns[diff] = pa.array(d, pa.int64())

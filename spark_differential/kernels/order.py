@@ -88,3 +88,31 @@ def grouped_order(major: np.ndarray, n_major: int, minor: np.ndarray) -> np.ndar
     np.cumsum(np.bincount(major, minlength=int(n_major)), out=bounds[1:])
     _sort_within(order, bounds, np.ascontiguousarray(minor, dtype=np.int64))
     return order
+
+
+@njit(cache=True, nogil=True)
+def sorted_sums(code: np.ndarray, order: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows consolidated by a sorted code: ``code`` ascending (``code[i]`` the code of row
+    ``order[i]``), ``d`` each row's diff (in row order).  For every run of equal codes whose
+    diffs do not sum to zero: its first row, its position in ``code`` and the sum, in code
+    order; one pass, no gathered copy of the diffs."""
+    n = len(code)
+    rows = np.empty(n, np.int64)
+    at = np.empty(n, np.int64)
+    sums = np.empty(n, np.int64)
+    m = 0
+    i = 0
+    while i < n:
+        c = code[i]
+        s = 0
+        j = i
+        while j < n and code[j] == c:
+            s += d[order[j]]
+            j += 1
+        if s != 0:
+            rows[m] = order[i]
+            at[m] = i
+            sums[m] = s
+            m += 1
+        i = j
+    return rows[:m], at[:m], sums[:m]
