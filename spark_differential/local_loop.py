@@ -805,9 +805,12 @@ def _chunked(table: pa.Table, cols: Sequence[str], ch: Chunking) -> pa.Table:
     return pa.concat_tables([conform(table.select(list(cols)), schema), conform(snap.select(list(cols)), schema)])
 
 
-def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking) -> pa.Table:
+def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking,
+               hold: Sequence[int] = ()) -> tuple[pa.Table, pa.Table | None]:
     """Per-chunk answers as one collection: each chunk's answer, accumulated, is retracted
-    where the next chunk's snapshot takes over.
+    where the next chunk's snapshot takes over.  Returns ``(answer, held)``: with ``hold``
+    (starts of chunks but the first: where a group of chunks starts), the answer's rows at
+    those times apart (``held``), else ``None``.
 
     Where the columns allow (integers: :func:`~spark_differential.kernels.native.key_sorted`)
     one sort consolidates the answer in ``(data, time)`` order, the retractions come from
@@ -826,8 +829,9 @@ def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking) -> pa.Table:
             f"sum({DIFF})::BIGINT AS _s FROM $X GROUP BY ALL) AS e WHERE _s <> 0 AND _c < {ch.last}"
         )
         ends = duck.query(sql, {"X": result})
-        return _consolidate(pa.concat_tables([result.select(cols), ends.select(cols)], promote_options="permissive"),
-                            cols[:-1])
+        whole = _consolidate(pa.concat_tables([result.select(cols), ends.select(cols)], promote_options="permissive"),
+                             cols[:-1])
+        return _split_at(whole, hold) if hold else (whole, None)
     table = ks.table
     times = ks.values(t)
     diffs = ks.values(DIFF)
@@ -842,13 +846,15 @@ def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking) -> pa.Table:
     ends = table.take(pa.array(at)).select(cols)
     ends = ends.set_column(len(data), t, pa.array(chunk[at] + ch.width, ends.schema.field(t).type))
     ends = ends.set_column(len(data) + 1, DIFF, pa.array(-sums[keep], ends.schema.field(DIFF).type))
-    if ends.num_rows == 0:
-        return table
     meet = (chunk == times) & (times > ch.t0)  # the answer's rows at a chunk's start
     if not meet.any():
-        return pa.concat_tables([table, ends])
-    return pa.concat_tables([table.filter(pa.array(~meet)), _consolidate(pa.concat_tables(
-        [table.filter(pa.array(meet)), ends]), cols[:-1])])
+        return _split_at(pa.concat_tables([table, ends]), hold) if hold else (pa.concat_tables([table, ends]), None)
+    edges = _consolidate(pa.concat_tables([table.filter(pa.array(meet)), ends]), cols[:-1])
+    body = table.filter(pa.array(~meet))
+    if not hold:
+        return pa.concat_tables([body, edges]), None
+    free, held = _split_at(edges, hold)
+    return pa.concat_tables([body, free]), held
 
 
 def _chunk_step(step: Stateful, ch: Chunking) -> Stateful:
@@ -926,18 +932,19 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
     if len(groups) == 1:
         result, history = _loop(program, steps, sources)
         if not history[-1]:
-            yield conform(_unchunked(result, program.data, chunks), program.roots)
+            yield conform(_unchunked(result, program.data, chunks)[0], program.roots)
         return history, chunks.count
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-    def one(group: list[pa.Table]) -> tuple[pa.Table | None, list[int]]:
+    starts = _group_starts(groups, chunks)
+
+    def one(group: list[pa.Table]) -> tuple[tuple[pa.Table, pa.Table | None] | None, list[int]]:
         # each group un-chunks its own answer on its thread: rows at times inside the
         # group's chunks are the group's alone; only the times where a group starts
         # (the previous group's last chunk hands over to it) meet rows of two groups
         res, hist = _loop(program, steps, group)
-        return (None if hist[-1] else _unchunked(res, program.data, chunks)), hist
+        return (None if hist[-1] else _unchunked(res, program.data, chunks, starts)), hist
 
-    starts = _group_starts(groups, chunks)
     held: list[pa.Table] = []  # the groups' rows at the times where a group starts
     histories: list[list[int]] = []
     stopped = False
@@ -951,8 +958,9 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
                 stopped = stopped or bool(hist[-1])
                 if res is None or stopped:
                     continue
-                inner, edge = _split_at(res, starts)
-                held.append(edge)
+                inner, edge = res
+                if edge is not None:
+                    held.append(edge)
                 if inner.num_rows:
                     yield conform(inner, program.roots)
     history = [sum(h[i] for h in histories if i < len(h)) for i in range(max(len(h) for h in histories))]
@@ -1225,8 +1233,14 @@ def _runs(result: pa.Table, data: Sequence[str], schema: pa.Schema) -> pa.Table:
     start = np.zeros(n, dtype=bool)
     if n:
         start[0] = True
+    from .kernels.native import _int_values
+
     for c in data:
         col = result.column(c)
+        values = _int_values(col)  # integers without nulls: numpy compares them
+        if values is not None:
+            start[1:] |= values[1:] != values[:-1]
+            continue
         a, b = col.slice(1), col.slice(0, n - 1)
         try:  # equal, or both null
             same = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))

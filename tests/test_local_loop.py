@@ -395,8 +395,16 @@ def test_unchunked_retracts_each_chunk_where_the_next_takes_over(data: st.DataOb
     for (key, c), s in chunk_sums.items():
         if c < ch.last:
             want[(*key, c + width)] -= s
-    got = local_loop._unchunked(result, names, ch)
-    assert got.column_names == [*names, t, "diff"]
+    got, none = local_loop._unchunked(result, names, ch)
+    assert none is None and got.column_names == [*names, t, "diff"]
+    if count == 1:
+        return
+    # the starts of chunks (but the first) where a group of chunks starts
+    hold = data.draw(st.lists(st.sampled_from([t0 + k * width for k in range(1, count)]), unique=True, min_size=1))
+    free, held = local_loop._unchunked(result, names, ch, hold)
+    assert held is not None and set(held.column(t).to_pylist()) <= set(hold)
+    assert not set(free.column(t).to_pylist()) & set(hold)
+    assert rows(pa.concat_tables([free, held])) == rows(got)
     pairs = [(tuple(r.values())[:-1], r["diff"]) for r in got.to_pylist()]
     assert all(d != 0 for _, d in pairs) and len({k for k, _ in pairs}) == len(pairs)  # consolidated
     assert dict(pairs) == {k: v for k, v in want.items() if v}
