@@ -1,6 +1,6 @@
 """Where a BFS run inside one task spends its time, and what its answer costs the JVM.
 
-Three measurements, each printed as it is made (``--json`` writes them all):
+Four measurements, each printed as it is made (``--json`` writes them all):
 
 ``phases``
     ``spark_differential.algorithms.bfs`` on the workload of ``benchmarks/bfs.py``
@@ -19,11 +19,24 @@ Three measurements, each printed as it is made (``--json`` writes them all):
 ``consolidate``
     ``native.consolidated`` of ``--rows`` random rows of three int64 columns: through
     the sort of packed codes (now) and through DuckDB (``key_sorted`` disabled), best of 7.
+``answer``
+    The JVM's side of a loop task's answer, the ways a task has handed it over: a
+    ``mapInArrow`` yielding ``--rows`` rows of four int64 columns (``node``, ``dist``,
+    sorted; ``t``, ``diff``), checkpointed (``localCheckpoint``) and then counted, in turns,
+    the last four answers of each kind kept alive (as results a user holds):
+    ``observed`` (one string status column null on every row, an observed ``max`` and
+    ``collect_list``, a filter and a projection: the task's output before the
+    accumulator), ``rows`` (the four columns alone), ``runs`` (one row per run of rows
+    with equal ``node`` and ``dist``, their ``t`` and ``diff`` in a list column,
+    exploded when read: the task's output now).  Median and least seconds of the
+    checkpoint and of the count after it, and the JVM's CPU seconds (``/proc``) over
+    both, of ``--repeat`` rounds after two warm ones.
 
 ::
 
     PYTHONPATH=. .bench-venv/bin/python benchmarks/loop_answer.py --changes 100000 --batch 1
     PYTHONPATH=. .bench-venv/bin/python benchmarks/loop_answer.py --changes 100000 --batch 1000 --only phases
+    PYTHONPATH=. .bench-venv/bin/python benchmarks/loop_answer.py --only answer --repeat 8
 """
 
 from __future__ import annotations
@@ -156,6 +169,73 @@ def status(spark: Any, args: Any) -> dict[str, Any]:
     return out
 
 
+def answer(spark: Any, args: Any) -> dict[str, Any]:
+    import numpy as np
+    import psutil
+    import pyarrow as pa
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    jvm = next(p for p in psutil.Process().children(recursive=True) if p.name() == "java")
+
+    def jvm_cpu() -> float:
+        t = jvm.cpu_times()
+        return t.user + t.system
+
+    n = args.rows
+    rng = np.random.default_rng(args.seed)
+    node, dist = rng.integers(0, 1000, n), rng.integers(0, 30, n)
+    order = np.lexsort((dist, node))
+    node, dist = node[order], dist[order]
+    rows = pa.table({"node": node, "dist": dist, "t": rng.integers(0, 100_000, n), "diff": rng.choice([-1, 1], n)})
+    key = node * 64 + dist
+    heads = np.nonzero(np.r_[True, key[1:] != key[:-1]])[0]
+    td = pa.StructArray.from_arrays([rows.column("t").combine_chunks(), rows.column("diff").combine_chunks()],
+                                    names=["t", "diff"])
+    runs = pa.table({"node": node[heads], "dist": dist[heads],
+                     "td": pa.ListArray.from_arrays(pa.array(np.append(heads, n).astype(np.int32)), td)})
+    tables = {"observed": rows.append_column("meta", pa.nulls(n, pa.string())), "rows": rows, "runs": runs}
+    four = "node long, dist long, t long, diff long"
+    schemas = {"observed": four + ", meta string", "rows": four,
+               "runs": "node long, dist long, td array<struct<t: long, diff: long>>"}
+
+    def produce(kind: str) -> Any:
+        def f(batches: Any) -> Any:
+            for _ in batches:
+                pass
+            yield from tables[kind].to_batches(max_chunksize=1 << 18)
+        return f
+
+    got: dict[str, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in schemas}
+    held: list[Any] = []
+    for r in range(args.repeat + 2):
+        for kind, schema in schemas.items():
+            df = spark.range(1).coalesce(1).mapInArrow(produce(kind), schema)
+            if kind == "observed":
+                df = df.observe(Observation(), F.expr("max(meta) AS m"), F.expr(
+                    "collect_list(IF(meta = '', struct(node, dist, t, diff), NULL)) AS rows")).where(
+                    "meta IS NULL").select("node", "dist", "t", "diff")
+            cpu, started = jvm_cpu(), time.perf_counter()
+            kept = df.localCheckpoint(eager=True)
+            if kind == "runs":
+                kept = kept.select("node", "dist", F.inline("td"))
+            checkpointed = time.perf_counter()
+            assert kept.count() == n
+            counted = time.perf_counter()
+            held = [*held[-(4 * len(schemas) - 1):], kept]
+            if r >= 2:  # two warm rounds
+                got[kind][0].append(checkpointed - started)
+                got[kind][1].append(counted - checkpointed)
+                got[kind][2].append(jvm_cpu() - cpu)
+    out = {k: {"checkpoint_median": round(statistics.median(a), 3), "checkpoint_least": round(min(a), 3),
+               "count_median": round(statistics.median(b), 3), "jvm_cpu_median": round(statistics.median(c), 3)}
+           for k, (a, b, c) in got.items()}
+    log(f"answer of {n:,} rows checkpointed, then counted (median of {args.repeat}): " + "; ".join(
+        f"{k} {v['checkpoint_median']:.3f} s (least {v['checkpoint_least']:.3f}) + count {v['count_median']:.3f} s, "
+        f"JVM CPU {v['jvm_cpu_median']:.2f} s" for k, v in out.items()))
+    return out
+
+
 def consolidate(args: Any) -> dict[str, float]:
     import numpy as np
     import pyarrow as pa
@@ -191,19 +271,21 @@ def consolidate(args: Any) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = conf_arg(bfs_graph_args(base_parser(__doc__ or "")))
     ap.add_argument("--rows", type=int, default=762_695, help="rows of the status and consolidate measurements")
-    ap.add_argument("--only", nargs="*", choices=["phases", "status", "consolidate"],
-                    default=["phases", "status", "consolidate"])
+    ap.add_argument("--only", nargs="*", choices=["phases", "status", "consolidate", "answer"],
+                    default=["phases", "status", "consolidate", "answer"])
     args = ap.parse_args(argv)
     args.repeat = args.repeat or 3
     results: dict[str, Any] = {}
     if "consolidate" in args.only:
         results["consolidate"] = consolidate(args)
-    if {"phases", "status"} & set(args.only):
+    if {"phases", "status", "answer"} & set(args.only):
         spark = make_spark(args, **spark_conf(ap, args, **{"spark.sql.shuffle.partitions": "4"}))
         if "phases" in args.only:
             results["phases"] = phases(spark, args)
         if "status" in args.only:
             results["status"] = status(spark, args)
+        if "answer" in args.only:
+            results["answer"] = answer(spark, args)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

@@ -541,8 +541,8 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
             cache.rebuild(ks[fj], failing, largest)
             kj, t, v, d = (np.concatenate(p) for p in ((kj, fj[kj2]), (t, t2), (v, v2), (d, d2)))
         cache.compact()
-    at = pa.array(order[bound[kj]])  # a new row of each output's key
-    out = {c: new.column(c).take(at) for c in k}
+    at = order[bound[kj]]  # a new row of each output's key
+    out = {c: pa.array(v[at]).cast(new.schema.field(c).type) for c, v in zip(k, key_values)}  # type: ignore[index]
     out["_o0"] = pa.array(v, pa.int64()).cast(new.schema.field("_a0").type).cast(out_type)
     out["_t0"] = pa.array(t, pa.int64())
     out["_d"] = pa.array(d, pa.int64())

@@ -262,8 +262,8 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
     if m == 0:
         return empty
     out_p, out_s, out_t, out_d = out_p[:m], out_s[:m], out_t[:m], out_d[:m]
-    p_rows = pa.array(order[out_p])
-    s_rows = pa.array(out_s)
+    p_rows = order[out_p]
+    known = dict(zip(fixed.key, key_values))  # the new side's key columns, as int64 values already
     cols = []
     for c in out_cols:
         if c == time:
@@ -271,10 +271,22 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
         elif c == diff:
             cols.append(pa.array(out_d))
         elif c in new.column_names:
-            cols.append(new.column(c).take(p_rows))
+            cols.append(_taken(new.column(c), p_rows, known.get(c)))
         else:
-            cols.append(fixed.table.column(c).take(s_rows))
+            cols.append(_taken(fixed.table.column(c), out_s, None))
     return pa.Table.from_arrays(cols, schema=empty.schema)
+
+
+def _taken(column: pa.ChunkedArray, rows: np.ndarray, values: np.ndarray | None) -> pa.Array:
+    """``column``'s values at ``rows``: gathered by numpy where they are integers without
+    nulls (``values``: them as int64, when the caller has them), else by Arrow."""
+    t = column.type
+    if values is None and not column.null_count and pa.types.is_integer(t):
+        values = np.asarray((column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+                            .to_numpy(zero_copy_only=False))
+    if values is not None:
+        return pa.array(values[rows]).cast(t)
+    return column.take(pa.array(rows))
 
 
 def _field(c: str, new: pa.Table, other: pa.Table) -> pa.Field:
