@@ -747,6 +747,21 @@ def _cached_sweep(
                 s = new_t[p]
             else:
                 s = pool[o + q, 0]
+                # an old step alone, the outputs in step (F(old + new) = F(old) so far), and D
+                # cannot move the least there (no value of D at or below it): the step stays
+                # as it is and no output changes
+                m2, c2 = pool[o + q, 1], pool[o + q, 2]
+                if (c2 > 0 and pn_has and po_has and pn_m == po_m and (not has_pos or pos_v > m2)
+                        and (not has_neg or neg_v > m2)):
+                    q += 1
+                    m, c = m2, c2
+                    pn_m = po_m = m
+                    dm_ok = False
+                    if c != last_c or m != last_m:
+                        steps[nn, 0], steps[nn, 1], steps[nn, 2] = s, m, c
+                        nn += 1
+                        last_m, last_c = m, c
+                    continue
             if p < r1 and new_t[p] == s:
                 while p < r1 and new_t[p] == s:
                     v = ~new_v[p] if largest else new_v[p]
