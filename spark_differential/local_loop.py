@@ -1130,6 +1130,17 @@ class _Reports:
 
         return _Param()
 
+    @staticmethod
+    def take(acc: Any) -> list:
+        """What the tasks added, and ``acc`` forgotten: PySpark's registry of accumulators
+        keeps every one for the driver's life, and a report holds up to
+        :data:`LOCAL_RESULT_BYTES` of answer (no task adds to it once its job ended)."""
+        from pyspark.accumulators import _accumulatorRegistry
+
+        value = list(acc.value)
+        _accumulatorRegistry.pop(acc.aid, None)
+        return value
+
 
 def task(program: Program, out_schema: pa.Schema,
          reports: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -1382,6 +1393,8 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     try:
         kept = out.localCheckpoint(eager=True)
     except Exception as e:
+        if reports is not None:
+            _Reports.take(reports)
         mine = from_job_failure(e)
         if mine is not None:
             raise mine from e
@@ -1391,7 +1404,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         metrics = _metrics([r[0] for r in kept.where(F.col(META).isNotNull()).select(META).collect()])
         kept = kept.where(F.col(META).isNull())
     else:
-        got = reports.value
+        got = _Reports.take(reports)
         metrics = _metrics([m for m, _ in got])
         if spread is None and len(got) == 1:
             small = got[0][1]

@@ -233,11 +233,14 @@ def test_local_rows_default_on_the_test_session(spark: Any) -> None:
 
 @pytest.mark.parametrize("name", ["int", "product2"])
 def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypatch, caplog, name: str) -> None:
-    """A loop whose answer has at most ``LOCAL_RESULT_ROWS`` rows comes back with its job's
-    metrics (its collect runs no Spark job); a larger one stays in the job's checkpoint
-    (its collect runs one).  Both against the oracle, over integer and product times."""
+    """A loop whose answer has at most ``LOCAL_RESULT_ROWS`` rows comes back with its task's
+    report (its collect runs no Spark job); a larger one stays in the job's checkpoint
+    (its collect runs one).  Both against the oracle, over integer and product times.  The
+    report's accumulator is forgotten once read (PySpark's registry would keep it, and a
+    small answer with it, for the driver's life)."""
     from helpers import assert_matches, to_df
     from oracle import Coll, consolidate, ref_bfs
+    from pyspark.accumulators import _accumulatorRegistry
     from test_iterate import LATTICES, LOCAL_ROWS, batched_graphs, bfs, prefixed
 
     from spark_differential._jobs import count_jobs
@@ -251,8 +254,10 @@ def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypa
     try:
         for limit, collect_jobs in ((local_loop.LOCAL_RESULT_ROWS, 0), (len(expected.updates) - 1, 1), (0, 1)):
             monkeypatch.setattr(local_loop, "LOCAL_RESULT_ROWS", limit)
+            registered = len(_accumulatorRegistry)
             with count_jobs(spark) as call:
                 got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
+            assert len(_accumulatorRegistry) == registered
             with count_jobs(spark) as action:
                 got.collect()
             assert (call.jobs, action.jobs) == (1, collect_jobs), (limit, call, action)
