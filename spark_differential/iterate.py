@@ -1208,7 +1208,10 @@ def dd_iterate(
     several per iteration, and identical rows.  On a classic session an answer of at
     most 10,000 rows (1 MiB) comes back to the driver with that job and the returned
     DataFrame holds it as local rows (a later ``collect`` runs no job; a join with it may
-    broadcast it); a larger one stays in the job's local checkpoint.  Otherwise (a nested
+    broadcast it); a larger one stays in the job's local checkpoint, as one row per run of
+    rows with equal data (their times and diffs in a list column) that the returned
+    DataFrame explodes: its plan reads the checkpoint through a ``Generate`` (``inline``),
+    and the JVM keeps about a third of the memory a row per change would take.  Otherwise (a nested
     ``dd_iterate``, an expression the translator does not cover, larger inputs) the
     loop runs iteration by iteration on the cluster; the reason is logged at INFO.
     On Spark Connect the steps are read from the client's plan, with the types
