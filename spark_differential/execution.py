@@ -532,6 +532,30 @@ def execute(
         from .iterate import stateful_in_loop
 
         return stateful_in_loop(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
+    from . import fused
+
+    recipe = fused.Recipe(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
+    one_task, keep = fused.attempt(recipe)
+    if one_task is not None:
+        fused.remember(one_task, recipe)
+        return one_task
+    out = _distributed(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
+    if keep:
+        fused.remember(out, recipe)
+    return out
+
+
+def _distributed(
+    op: str,
+    kernel: Callable[..., pa.Table],
+    params: Any,
+    inputs: Sequence[Input],
+    out_fields: Sequence[T.StructField],
+    out_columns: Sequence[tuple[str, str]],
+    kernel_type: TimeType,
+) -> DataFrame:
+    """A top-level stateful operator as its own stage: the kernel per partition of its
+    inputs placed by bucket."""
     schema = T.StructType([*out_fields, *time_fields(kernel_type)])
     if isinstance(kernel_type, Total) and kernel_type.kind in _INTEGRAL_KINDS:
         # the time decodes to a cast Arrow does: the task names and types the columns as

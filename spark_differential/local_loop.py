@@ -1447,11 +1447,11 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     return kept.select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
 
 
-def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = False) -> Any:
+def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = False, op: str = "dd_iterate") -> Any:
     """Source ``j`` of a loop's task as rows of the one table the task reads: ``SRC = j``, its
     columns ``cols`` and the time's leaves and diff under positional names (:func:`_tag`: user
     names may hold dots or backticks), with the null checks of every collection entering a loop
-    (as iterate.py's on the distributed path); ``part``: keep the column ``PART`` too."""
+    (as iterate.py's on the distributed path, named for ``op``); ``part``: keep the column ``PART`` too."""
     from pyspark.sql import functions as F
 
     from .collection import null_guard, null_guard_sql, qcol, quoted
@@ -1462,17 +1462,17 @@ def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = Fal
         return d.selectExpr(
             f"{j} AS {SRC}",
             *[f"{quoted(c)} AS {_tag(j, i)}" for i, c in enumerate(cols)],
-            f"{null_guard_sql(leaf, [leaf], 'time', 'dd_iterate')} AS {_tag(j, len(cols))}",
-            f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', 'dd_iterate')} "
+            f"{null_guard_sql(leaf, [leaf], 'time', op)} AS {_tag(j, len(cols))}",
+            f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', op)} "
             f"AS {_tag(j, len(cols) + 1)}",
             *([quoted(PART)] if part else []),
         )
-    enc = [null_guard(leaf, [leaf], "time", "dd_iterate") for leaf in ttype.encode_column(F.col(TIME))]
+    enc = [null_guard(leaf, [leaf], "time", op) for leaf in ttype.encode_column(F.col(TIME))]
     return d.select(
         F.lit(j).alias(SRC),
         *[qcol(c).alias(_tag(j, i)) for i, c in enumerate(cols)],
         *[leaf.alias(_tag(j, len(cols) + i)) for i, leaf in enumerate(enc)],
-        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", "dd_iterate").alias(_tag(j, len(cols) + len(enc))),
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", op).alias(_tag(j, len(cols) + len(enc))),
         *([F.col(PART)] if part else []),
     )
 

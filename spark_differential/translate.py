@@ -231,6 +231,10 @@ class Translator:
         self.ansi = ansi
         self._n = 0
         self.leaf_ids: dict[Any, str] = {}  # the expression id of a leaf's last column -> its name
+        # a pipeline's operator outputs (spark_differential.fused), read as leaves where a plan
+        # node equals one (the same subtree: its nodes, expressions and their ids), by hash code:
+        # [(analysed plan, leaf name)] (the py4j walk only)
+        self.node_plans: dict[int, list[tuple[Any, str]]] = {}
 
     def known(self, df: Any, name: str) -> None:
         """Remember the placeholder ``df`` (:func:`placeholder`) as the leaf ``name``, by
@@ -239,6 +243,12 @@ class Translator:
         if self.use_json:
             nodes = json.loads(plan_of(df).toJSON())
             self.leaf_ids[_expr_id(_json_tree(nodes[0]["output"][-1]))] = name
+
+    def known_node(self, plan: Any, code: int, name: str) -> None:
+        """Remember the analysed plan ``plan`` (hash code ``code``) of a pipeline's operator
+        output (:mod:`spark_differential.fused`) as the leaf ``name``: a plan node equal to
+        it is that output (a side the analyser renumbered, as in a self-union, is not)."""
+        self.node_plans.setdefault(code, []).append((plan, name))
 
     def relation(self, df: Any, columns: Sequence[str] | None = None) -> Relation:
         """``df`` as a relation over the leaves; ``columns``: only these columns of it, in
@@ -284,6 +294,13 @@ class Translator:
         return tuple(out)
 
     def _node(self, p: Any) -> Relation:
+        if self.node_plans:
+            leaf = next((n for jp, n in self.node_plans.get(int(p.hashCode()), ()) if p.equals(jp)), None)
+            if leaf is not None:
+                name, cols = self.tables[leaf]
+                expanded = self._expand(cols)
+                return Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${name}", expanded,
+                                (name, expanded), ("leaf", name, expanded))
         kind = p.nodeName()
         if kind == "LocalRelation":
             leaf = _leaf_name(p)

@@ -145,6 +145,12 @@ class ConnectTranslator(Translator):
         types = [TIME_TYPE if f["name"] == TIME else _type_name(_json_type(f["type"])) for f in fields]
         self.leaf_plans[plan._plan_id] = (plan, name, types)
 
+    def known_plan(self, plan: Any, name: str, fields: Sequence[Any]) -> None:
+        """Remember ``plan`` (a pipeline's operator output, :mod:`spark_differential.fused`) as
+        the leaf ``name`` whose columns are the Spark fields ``fields``."""
+        types = [TIME_TYPE if f.name == TIME else _type_name(f.dataType) for f in fields]
+        self.leaf_plans[plan._plan_id] = (plan, name, types)
+
     def relation(self, df: Any, columns: Sequence[str] | None = None) -> Relation:
         if not self.ansi:
             raise Untranslatable("spark.sql.ansi.enabled is false: overflow and casts would differ from DuckDB's")
@@ -169,16 +175,16 @@ class ConnectTranslator(Translator):
     def _plan(self, p: Any) -> _Scope:
         kind = type(p).__name__
         pid = getattr(p, "_plan_id", None)
-        if kind == "LocalRelation":
-            known = self.leaf_plans.get(pid)
-            if known is None or known[0] is not p:
-                raise Untranslatable("the body reads a DataFrame from outside the loop other than through dd_* operators")
+        known = self.leaf_plans.get(pid)
+        if known is not None and known[0] is p:  # a placeholder, or a pipeline's operator output (fused)
             _, leaf, types = known
             name, cols = self.tables[leaf]
             expanded = self._expand(cols)
             rel = Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${name}", expanded, (name, expanded),
                            ("leaf", name, expanded))
             return _Scope(rel, list(cols), types, frozenset(), frozenset({pid}))
+        if kind == "LocalRelation":
+            raise Untranslatable("the body reads a DataFrame from outside the loop other than through dd_* operators")
         if getattr(p, "_references", None):
             raise Untranslatable("the step reads a subquery")
         if kind == "SubqueryAlias":
