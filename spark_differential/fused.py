@@ -40,6 +40,7 @@ import dataclasses
 import itertools
 import logging
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -104,49 +105,83 @@ class Recipe:
                 T.StructField(TIME, self.kernel_type.spark_type(), True), T.StructField(DIFF, T.LongType(), True)]
 
 
-# name -> recipe of the latest remembered operator outputs (at most _KEEP: a pipeline's
-# later operators read the plan of an output, which outlives the DataFrame object returned
-# by execute, so nothing tells when an output is no longer read)
+# name -> recipe of the latest remembered operator outputs.  A pipeline's later operators
+# read the plan of an output, which outlives the DataFrame object execute returns, so
+# nothing tells when an output is no longer read: the latest _KEEP are kept (with their
+# sources' DataFrames, which a fused pipeline reads), only for inputs that may be small
+# local rows (:func:`_kinds`)
 _REMEMBERED: OrderedDict[str, Recipe] = OrderedDict()
-_KEEP = 256
+_KEEP = 64
+_LOCK = threading.Lock()
 
 
 def remember(df: Any, recipe: Recipe) -> None:
     """Remember ``df`` as the output of ``recipe``: plans built on it read it as a leaf
-    (no py4j round trip here: a classic output's column ids are read when first needed)."""
+    (no py4j round trip here: a classic output's plan is read when first needed)."""
     recipe.df = df
     recipe.session = df.sparkSession
     if is_connect(df):
         recipe.key = df._plan
-    _REMEMBERED[recipe.name] = recipe
-    while len(_REMEMBERED) > _KEEP:
-        _REMEMBERED.popitem(last=False)
+    with _LOCK:
+        _REMEMBERED[recipe.name] = recipe
+        while len(_REMEMBERED) > _KEEP:
+            _REMEMBERED.popitem(last=False)
+
+
+def _used(recipe: Recipe) -> None:
+    with _LOCK:
+        if recipe.name in _REMEMBERED:
+            _REMEMBERED.move_to_end(recipe.name)
 
 
 def _alive(spark: Any) -> list[Recipe]:
-    return [r for r in list(_REMEMBERED.values()) if r.session is spark and not r.dead]
+    with _LOCK:
+        recipes = list(_REMEMBERED.values())
+    return [r for r in recipes if r.session is spark and not r.dead]
 
 
-def _reads_remembered(df: Any, recipes: Sequence[Recipe]) -> bool:
-    """Whether ``df``'s plan may read a remembered output: on Spark Connect, whether one of
-    its plan nodes is one (client side, no RPC); on a classic session, whether its
-    analysed plan runs a ``mapInArrow`` (every operator's output does; three py4j round
-    trips)."""
+_HELD_KINDS = {"Project", "Filter", "SubqueryAlias", "Union", "LocalRelation", "LogicalRDD"}
+_CONNECT_CHILDREN = ("_child", "other", "left", "right")
+_TREE_LINE = re.compile(r"^[\s:|+\-]*(\w+)", re.MULTILINE)
+
+
+def _kinds(df: Any) -> tuple[set[str], set[int]]:
+    """The kinds of the nodes of ``df``'s plan (classic: the analysed plan's, from its text,
+    three py4j round trips; Spark Connect: the client's plan, no RPC) and, on Spark
+    Connect, the ids of its plan nodes."""
     if is_connect(df):
-        keys = {id(r.key) for r in recipes}
+        kinds: set[str] = set()
+        ids: set[int] = set()
         todo = [df._plan]
         while todo:
             p = todo.pop()
-            if id(p) in keys:
-                return True
-            todo += [c for c in (getattr(p, a, None) for a in ("_child", "other", "left", "right")) if c is not None]
-        return False
+            kinds.add(type(p).__name__)
+            ids.add(id(p))
+            todo += [c for c in (getattr(p, a, None) for a in _CONNECT_CHILDREN) if c is not None]
+        return kinds, ids
     from .translate import plan_of
 
     try:
-        return "MapInArrow" in str(plan_of(df).toString())
-    except Exception:  # noqa: BLE001 - not read, then
-        return False
+        return set(_TREE_LINE.findall(str(plan_of(df).toString()))), set()
+    except Exception:  # noqa: BLE001 - not read: nothing is known of it
+        return {"?"}, set()
+
+
+def _reads_remembered(kinds: set[str], ids: set[int], recipes: Sequence[Recipe], connect: bool) -> bool:
+    """Whether a plan (:func:`_kinds`) may read a remembered output: on Spark Connect, whether
+    one of its nodes is one; on a classic session, whether it runs a ``mapInArrow`` (every
+    operator's output does)."""
+    if connect:
+        return any(id(r.key) in ids for r in recipes)
+    return "MapInArrow" in kinds
+
+
+def _may_be_small(kinds: set[str], connect: bool) -> bool:
+    """Whether a plan (:func:`_kinds`) only reads local rows through projections, filters and
+    unions (its rows are counted when a pipeline is built: :func:`held_rows`)."""
+    if connect:
+        return kinds <= _CONNECT_HELD_KINDS
+    return kinds <= _HELD_KINDS
 
 
 @dataclass(frozen=True)
@@ -168,6 +203,7 @@ class Pipeline:
 
 _PASS = {"Project", "Filter", "SubqueryAlias"}
 _CONNECT_PASS = {"Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop", "ToDF"}
+_CONNECT_HELD_KINDS = _CONNECT_PASS | {"LocalRelation", "SetOperation"}
 
 
 def held_rows(df: Any) -> int | None:
@@ -366,8 +402,7 @@ class _Builder:
         self.steps.append(Stateful(recipe.name, recipe.kernel, p, key_cols, tuple(step_inputs), out_schema,
                                    tuple(recipe.out_columns), self.width))
         self.done.add(recipe.name)
-        if recipe.name in _REMEMBERED:
-            _REMEMBERED.move_to_end(recipe.name)
+        _used(recipe)
         fields = recipe.fields
         self.tables.setdefault(recipe.name, (recipe.name, [f.name for f in fields]))
 
@@ -402,9 +437,12 @@ def attempt(recipe: Recipe) -> tuple[Any | None, bool]:
     distributed output)``: ``None, True`` when the operator starts a pipeline (its inputs
     are small sources), ``None, False`` when it cannot be part of one."""
     spark = recipe.inputs[0].df.sparkSession
+    connect = is_connect(spark)
     alive = _alive(spark)
-    if not alive or not any(_reads_remembered(inp.df, alive) for inp in recipe.inputs):
-        return None, True  # it may start a pipeline (remembered: no cost until a later operator reads it)
+    plans = [_kinds(inp.df) for inp in recipe.inputs]
+    if not alive or not any(_reads_remembered(k, i, alive, connect) for k, i in plans):
+        # it may start a pipeline: remembered (no cost until a later operator reads it)
+        return None, all(_may_be_small(k, connect) for k, _ in plans)
     limit = rows_setting(spark)
     if limit == 0:
         return None, False

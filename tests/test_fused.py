@@ -217,3 +217,27 @@ def test_sources_known_small_without_a_job(spark):
     assert fused.held_rows(listed.groupBy("k").count()) is None
     assert fused.held_rows(listed.dd_distinct()) is None
     assert fused.held_rows(spark.range(5)) is None
+
+
+@pytest.mark.connect
+def test_date_times_and_string_keys_give_the_same_rows_on_both_paths(spark, path, caplog):
+    """Times that are not integers (dates) and string data: the fused path decodes them as
+    the operators do."""
+    import datetime as dt
+
+    day = dt.date(2024, 1, 1)
+    a = spark.createDataFrame(
+        [("a", 1, day + dt.timedelta(days=i % 3), 1 if i % 4 else -1) for i in range(12)] + [("b", 2, day, 1)],
+        "k string, v long, time date, diff long")
+    b = spark.createDataFrame([("a", "x", day, 1), ("b", "y", day + dt.timedelta(days=1), 1), ("a", "z", day, 1)],
+                              "k string, w string, time date, diff long")
+    got = []
+    for setting in ("100000", "0"):
+        path(setting)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="spark_differential.fused"):
+            out = a.dd_join(b, on="k").dd_count(["k", "w"]).dd_max("k", "count")
+        assert bool([r for r in caplog.records if FUSED in r.getMessage()]) == (setting != "0")
+        assert out.schema["time"].dataType.simpleString() == "date"
+        got.append(sorted(tuple(r) for r in out.collect()))
+    assert got[0] == got[1] and got[0]
