@@ -25,8 +25,10 @@ What is measured
 
     Two small pipelines (``dd_join`` + ``select`` + ``dd_count``; and then ``dd_join`` +
     ``dd_min`` on that) are measured the same way against the same plain pipeline, with
-    no time target ("info"): what several operators cost together, the measurement
-    that says whether a whole small pipeline would gain from running inside one task.
+    no time target ("info"): what several operators cost together.  From their second
+    operator on they run inside one task (``spark_differential.fused``); the same two
+    "operator by operator" (``spark_differential.pipeline.localRows=0`` while the
+    pipeline is built) show what that saves, in the same run.
 
     Targets, printed as pass/fail (the script still exits 0 when one fails: it is a
     measurement, not a test; see tests/test_jobs.py for the job counts asserted):
@@ -429,6 +431,23 @@ def cases(spark: Any, x: dict[str, DataFrame]) -> list[Case]:
             target=None,
         ),
         Case(
+            "pipeline: join+count, operator by operator",
+            unfused(spark, lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k")),
+            lambda: a_plain.join(b_plain, "k").groupBy("k").count(),
+            "the same, localRows=0",
+            "join + groupBy().count()",
+            target=None,
+        ),
+        Case(
+            "pipeline: join+count+join+min, operator by operator",
+            unfused(spark, lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k")
+                    .dd_join(b, on="k").dd_min(by="k", col="w")),
+            lambda: a_plain.join(b_plain, "k").groupBy("k").count().join(b_plain, "k").groupBy("k").agg(F.min("w")),
+            "the same, localRows=0",
+            "join + count + join + min",
+            target=None,
+        ),
+        Case(
             "dd_iterate (reach)",
             reach,
             lambda: roots.join(e, on="node").select("dst").distinct(),
@@ -448,6 +467,20 @@ def cases(spark: Any, x: dict[str, DataFrame]) -> list[Case]:
             check=bfs_check,
         ),
     ]
+
+
+def unfused(spark: Any, build: Callable[[], DataFrame]) -> Callable[[], DataFrame]:
+    """``build`` with small pipelines run operator by operator (``spark_differential.pipeline.localRows=0``
+    while it builds the plan)."""
+
+    def run() -> DataFrame:
+        spark.conf.set("spark_differential.pipeline.localRows", "0")
+        try:
+            return build()
+        finally:
+            spark.conf.unset("spark_differential.pipeline.localRows")
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,11 +9,10 @@ rows paid 1.55x, and a join, a count, a join and a min 2.12x the plain Spark pip
 the whole pipeline is one task of one stage, as a small ``dd_iterate`` loop is
 (:mod:`spark_differential.local_loop`, whose recorded steps and kernels it reuses):
 
-* **Remembering** (driver, no job): a top-level stateful operator whose inputs are
-  *small held sources* (:func:`held_rows`: local rows, known without a job to hold at
-  most ``spark_differential.pipeline.localRows`` rows together) or are built on
-  earlier operators' outputs remembered so, is remembered (its kernel, parameters
-  and inputs) with its output DataFrame, as long as that DataFrame lives.
+* **Remembering** (driver, no job): a top-level stateful operator whose inputs may be
+  small local rows (their plans only read local rows, through projections, filters and
+  unions) is remembered: its kernel, parameters, inputs and output DataFrame (the
+  latest 64 such operators, and the operators fused after them).
 * **Fusing**: an operator with an input built on a remembered output (directly or
   through ``select``/``where``/``withColumn``/unions, read from the Spark plan and
   translated to DuckDB SQL as a loop body's linear steps are,
@@ -22,6 +21,9 @@ the whole pipeline is one task of one stage, as a small ``dd_iterate`` loop is
   every operator of the pipeline, in order, on Arrow tables (:func:`evaluate`).  The
   first operator of a pipeline runs as it always did (a single operator gains
   nothing: 0.7-1.3x its plain equivalent); from the second on the pipeline is fused.
+* A pipeline's sources must be known small before any job (:func:`held_rows`: local
+  rows, and a Python list given to ``createDataFrame``, together at most
+  ``spark_differential.pipeline.localRows`` rows).
 * Anything not covered (a source not known to be small, an operator without an
   in-task form, an expression the translator does not cover, a time conversion)
   leaves the operator on the distributed path; one debug log line says why.  The
@@ -57,6 +59,7 @@ log = logging.getLogger("spark_differential.fused")
 
 CONF = "spark_differential.pipeline.localRows"
 DEFAULT_ROWS = 100_000
+MAX_STEPS = 64  # operators in one fused pipeline (each later operator's call replays them all)
 _NAME = re.compile(r"\$(p\d+)\b")
 _COUNTER = itertools.count()
 
@@ -94,6 +97,9 @@ class Recipe:
     key: Any = None  # how plans know the output: classic, its analysed plan and hash code (on first use); Connect, its plan node
     session: Any = None  # the output's SparkSession
     dead: bool = False  # it cannot be part of a pipeline (its sources or steps): not read as a leaf
+    # its inputs once read (Builder.inputs): a relation over remembered outputs, or a source's rows
+    read: list[tuple[Relation | None, int]] | None = None
+    deps: dict[str, Recipe] = field(default_factory=dict)  # the remembered outputs its relations read
 
     @property
     def fields(self) -> list[Any]:
@@ -349,21 +355,34 @@ class _Builder:
 
     def inputs(self, recipe: Recipe) -> list[tuple[Relation | None, int | None]]:
         """Each input of ``recipe`` as a small source, or a relation over remembered outputs
-        (whose steps are added first); raises :class:`Untranslatable` otherwise."""
+        (whose steps are added first); raises :class:`Untranslatable` otherwise.  What an
+        input is, once read, is kept with the recipe: a later operator's pipeline re-reads
+        no plan of the operators before it."""
+        if recipe.read is None:
+            read: list[tuple[Relation | None, int]] = []
+            deps: dict[str, Recipe] = {}
+            for inp in recipe.inputs:
+                if inp.time_type != recipe.kernel_type or inp.time_col is not None or inp.new is not None:
+                    raise Untranslatable(f"{recipe.op}: an input enters through a time conversion")
+                rows = held_rows(inp.df)
+                if rows is not None:
+                    read.append((None, rows))
+                    continue
+                self._know()
+                if not self.recipes:
+                    raise Untranslatable(f"{recipe.op}: an input is neither small local rows nor built on an "
+                                         "operator's output")
+                rel = self.translator.relation(inp.df)
+                deps.update({name: self.recipes[name] for name in _NAME.findall(rel.sql)})
+                read.append((rel, 0))
+            recipe.read, recipe.deps = read, deps
         out: list[tuple[Relation | None, int | None]] = []
-        for inp in recipe.inputs:
-            if inp.time_type != recipe.kernel_type or inp.time_col is not None or inp.new is not None:
-                raise Untranslatable(f"{recipe.op}: an input enters through a time conversion")
-            rows = held_rows(inp.df)
-            if rows is not None:
+        for inp, (rel, rows) in zip(recipe.inputs, recipe.read):
+            if rel is None:
                 out.append((None, self.source(inp.df, inp.cs, rows, recipe.op)))
                 continue
-            self._know()
-            if not self.recipes:
-                raise Untranslatable(f"{recipe.op}: an input is neither small local rows nor built on an operator's output")
-            rel = self.translator.relation(inp.df)
             for name in dict.fromkeys(_NAME.findall(rel.sql)):
-                self.add(self.recipes[name])
+                self.add(recipe.deps[name])
             out.append((rel, None))
         return out
 
@@ -373,15 +392,14 @@ class _Builder:
 
         from .execution import kernel_fields, time_fields
         from .kernels.common import NEW, keys
-        from .kernels.join import JoinParams
-        from .kernels.reduce import ReduceParams, ThresholdParams
         from .local_loop import Stateful, StepInput
 
         if recipe.name in self.done:
             return
+        if len(self.done) >= MAX_STEPS:
+            raise _TooLarge(f"a pipeline of more than {MAX_STEPS} operators")
         p = recipe.params
-        if not (isinstance(p, JoinParams) and p.mode in ("join", "semijoin", "antijoin")
-                or isinstance(p, (ReduceParams, ThresholdParams))):
+        if not in_task_form(p):
             raise Untranslatable(f"{recipe.op} has no in-task form")
         if recipe.kernel_type.width != self.width:
             raise Untranslatable(f"{recipe.op} works over another time type")
@@ -432,10 +450,22 @@ def _quote(name: str) -> str:
     return quote(name)
 
 
+def in_task_form(params: Any) -> bool:
+    """Whether an operator with these kernel parameters can run inside a pipeline's task
+    (joins, semijoins, antijoins, reductions, thresholds: what a loop's task runs too)."""
+    from .kernels.join import JoinParams
+    from .kernels.reduce import ReduceParams, ThresholdParams
+
+    return (isinstance(params, JoinParams) and params.mode in ("join", "semijoin", "antijoin")
+            or isinstance(params, (ReduceParams, ThresholdParams)))
+
+
 def attempt(recipe: Recipe) -> tuple[Any | None, bool]:
     """``(the operator's output as a fused pipeline, or None; whether to remember its
     distributed output)``: ``None, True`` when the operator starts a pipeline (its inputs
     are small sources), ``None, False`` when it cannot be part of one."""
+    if not in_task_form(recipe.params):
+        return None, False
     spark = recipe.inputs[0].df.sparkSession
     connect = is_connect(spark)
     alive = _alive(spark)

@@ -183,7 +183,7 @@ def _spark_sql(e: dict[str, Any], columns: dict[str, str]) -> str:
             return f"{value}{_LITERAL_SUFFIX[dtype]}"
         if dtype == "boolean" and value in ("true", "false"):
             return str(value)
-        if dtype == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\"):
+        if dtype == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\$"):
             return f"'{value}'"
         raise _NoJson(kind)
     if kind in _BINARY and len(kids) == 2:
@@ -510,6 +510,9 @@ class Translator:
             kind = type(node).__name__
             if kind not in _EXPRESSIONS:
                 raise Untranslatable(f"the expression {original()!r} uses {kind}, which the in-task path does not translate")
+            if isinstance(node, exp.Literal) and node.is_string and "$" in node.this:
+                # the in-task SQL names its tables $name (string.Template): not a literal's text
+                raise Untranslatable(f"the expression {original()!r} has a string literal with a '$'")
             if isinstance(node, exp.Column):
                 if node.name not in users:  # pragma: no cover - every column was renamed
                     raise Untranslatable(f"the expression {original()!r} reads an unknown column")

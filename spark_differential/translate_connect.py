@@ -495,7 +495,7 @@ def _literal(value: Any, typ: str) -> tuple[str, str]:
         return f"{value}{suffix}", typ
     elif typ == "boolean" and isinstance(value, bool):
         return ("true" if value else "false"), typ
-    elif typ == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\"):
+    elif typ == "string" and isinstance(value, str) and value.isprintable() and not any(c in value for c in "'\\$"):
         return f"'{value}'", typ
     raise Untranslatable(f"a literal {value!r} of type {typ} (only integers, booleans, plain strings and nulls)")
 
@@ -532,6 +532,8 @@ def _from_sql(text: str, top: bool) -> tuple[str | None, Any]:
         if kind == "Literal":
             raw = str(n.this)
             if n.is_string:
+                if "$" in raw:  # the in-task SQL names its tables $name (string.Template)
+                    raise Untranslatable(f"SQL text with a '$' in a string literal ({text!r})")
                 return X.LiteralExpression(raw, StringType())
             if raw.isdigit() and int(raw) < (1 << 63):
                 return X.LiteralExpression(int(raw), IntegerType() if int(raw) < (1 << 31) else LongType())

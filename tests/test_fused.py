@@ -241,3 +241,21 @@ def test_date_times_and_string_keys_give_the_same_rows_on_both_paths(spark, path
         assert out.schema["time"].dataType.simpleString() == "date"
         got.append(sorted(tuple(r) for r in out.collect()))
     assert got[0] == got[1] and got[0]
+
+
+@pytest.mark.connect
+def test_a_dollar_in_a_string_literal_is_not_read_as_a_table_name(spark, path, caplog):
+    """The in-task SQL names its tables ``$name``: a literal with a ``$`` (even one naming a
+    step, ``$p0``) keeps the pipeline operator by operator, with the right rows."""
+    a = spark.createDataFrame([("a", "$p0", 0, 1), ("a", "x", 0, 1), ("b", "$5", 1, 1)],
+                              "k string, v string, time long, diff long")
+    b = spark.createDataFrame([("a", 0, 1), ("b", 0, 1)], "k string, time long, diff long")
+    got = []
+    for setting in ("100000", "0"):
+        path(setting)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="spark_differential.fused"):
+            out = a.dd_semijoin(b, on="k").where((F.col("v") != "$p0") & (F.col("v") != "$5")).dd_count("k")
+        assert not [r for r in caplog.records if FUSED in r.getMessage()]
+        got.append(sorted(tuple(r) for r in out.collect()))
+    assert got[0] == got[1] == [("a", 1, 0, 1)]
