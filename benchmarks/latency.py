@@ -281,6 +281,19 @@ def cases(spark: Any, x: dict[str, DataFrame]) -> list[Case]:
     def plain_sum(df: DataFrame, by: list[str]) -> DataFrame:
         return df.groupBy(*by).agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
 
+    # the two small pipelines (in one task, and operator by operator) and their plain equivalents
+    def join_count() -> DataFrame:
+        return a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k")
+
+    def join_count_plain() -> DataFrame:
+        return a_plain.join(b_plain, "k").groupBy("k").count()
+
+    def join_min() -> DataFrame:
+        return join_count().dd_join(b, on="k").dd_min(by="k", col="w")
+
+    def join_min_plain() -> DataFrame:
+        return join_count_plain().join(b_plain, "k").groupBy("k").agg(F.min("w"))
+
     return [
         Case(
             "dd_consolidate",
@@ -413,40 +426,14 @@ def cases(spark: Any, x: dict[str, DataFrame]) -> list[Case]:
             "sd.sql(... ASOF JOIN ...)",
             "join(p.ts<=o.ts) + groupBy max",
         ),
-        Case(
-            "pipeline: join+count",
-            lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k"),
-            lambda: a_plain.join(b_plain, "k").groupBy("k").count(),
-            "a.dd_join(b).select.dd_count",
-            "join + groupBy().count()",
-            target=None,
-        ),
-        Case(
-            "pipeline: join+count+join+min",
-            lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k").dd_join(b, on="k")
-            .dd_min(by="k", col="w"),
-            lambda: a_plain.join(b_plain, "k").groupBy("k").count().join(b_plain, "k").groupBy("k").agg(F.min("w")),
-            "... .dd_count.dd_join(b).dd_min",
-            "join + count + join + min",
-            target=None,
-        ),
-        Case(
-            "pipeline: join+count, operator by operator",
-            unfused(spark, lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k")),
-            lambda: a_plain.join(b_plain, "k").groupBy("k").count(),
-            "the same, localRows=0",
-            "join + groupBy().count()",
-            target=None,
-        ),
-        Case(
-            "pipeline: join+count+join+min, operator by operator",
-            unfused(spark, lambda: a.dd_join(b, on="k").select("k", "w", "time", "diff").dd_count(by="k")
-                    .dd_join(b, on="k").dd_min(by="k", col="w")),
-            lambda: a_plain.join(b_plain, "k").groupBy("k").count().join(b_plain, "k").groupBy("k").agg(F.min("w")),
-            "the same, localRows=0",
-            "join + count + join + min",
-            target=None,
-        ),
+        Case("pipeline: join+count", join_count, join_count_plain, "a.dd_join(b).select.dd_count",
+             "join + groupBy().count()", target=None),
+        Case("pipeline: join+count+join+min", join_min, join_min_plain, "... .dd_count.dd_join(b).dd_min",
+             "join + count + join + min", target=None),
+        Case("pipeline: join+count, operator by operator", unfused(spark, join_count), join_count_plain,
+             "the same, localRows=0", "join + groupBy().count()", target=None),
+        Case("pipeline: join+count+join+min, operator by operator", unfused(spark, join_min), join_min_plain,
+             "the same, localRows=0", "join + count + join + min", target=None),
         Case(
             "dd_iterate (reach)",
             reach,

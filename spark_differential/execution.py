@@ -539,23 +539,17 @@ def execute(
     if one_task is not None:
         fused.remember(one_task, recipe)
         return one_task
-    out = _distributed(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
+    out = _distributed(recipe)
     if keep:
         fused.remember(out, recipe)
     return out
 
 
-def _distributed(
-    op: str,
-    kernel: Callable[..., pa.Table],
-    params: Any,
-    inputs: Sequence[Input],
-    out_fields: Sequence[T.StructField],
-    out_columns: Sequence[tuple[str, str]],
-    kernel_type: TimeType,
-) -> DataFrame:
-    """A top-level stateful operator as its own stage: the kernel per partition of its
-    inputs placed by bucket."""
+def _distributed(r: Any) -> DataFrame:
+    """A top-level stateful operator (a :class:`spark_differential.fused.Recipe`) as its own
+    stage: the kernel per partition of its inputs placed by bucket."""
+    op, kernel, params, inputs = r.op, r.kernel, r.params, r.inputs
+    out_fields, out_columns, kernel_type = r.out_fields, r.out_columns, r.kernel_type
     schema = T.StructType([*out_fields, *time_fields(kernel_type)])
     if isinstance(kernel_type, Total) and kernel_type.kind in _INTEGRAL_KINDS:
         # the time decodes to a cast Arrow does: the task names and types the columns as
