@@ -29,9 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from helpers import cases, rows_of, to_df  # noqa: E402
 from oracle import Coll, Total, consolidate  # noqa: E402
 
-JOBS = ("join_count", "reduce", "bfs", "bfs_in_task", "bfs_chunked")
+# join_count runs as one task (a small pipeline: spark_differential.fused); join_count_by_operator
+# the same operator by operator (spark_differential.pipeline.localRows=0)
+JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked")
 KEYS = ["case", "k"]
 LOCAL_ROWS = "spark_differential.iterate.localRows"
+PIPELINE_ROWS = "spark_differential.pipeline.localRows"
 CHUNK_ROWS = "spark_differential.iterate.chunkRows"
 
 
@@ -143,17 +146,20 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     from spark_differential._testing import FAIL_FIRST_ATTEMPT
 
     data = inputs()
-    spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and name in ("join_count", "bfs", "bfs_chunked") else "false")
+    kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked")
+    spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and kernels_fail else "false")
     spark.conf.set(LOCAL_ROWS, "1000000" if name == "bfs_in_task" else "0")
+    spark.conf.set(PIPELINE_ROWS, "0" if name == "join_count_by_operator" else "100000")
     # the distributed loop in time chunks: its join gathers the edges per key (kernels.gather)
     spark.conf.set(CHUNK_ROWS, "8" if name == "bfs_chunked" else "auto")
     handler = _Log()
-    logger = logging.getLogger("spark_differential.iterate")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    loggers = [logging.getLogger("spark_differential.iterate"), logging.getLogger("spark_differential.fused")]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     try:
         with count_jobs(spark, f"session_jobs {name}") as jobs:
-            if name == "join_count":
+            if name in ("join_count", "join_count_by_operator"):
                 a, b = to_df(spark, data["a"], Total()), to_df(spark, data["b"], Total())
                 rows = rows_of(a.dd_join(b, on=KEYS).dd_count(KEYS))
             elif name == "reduce":
@@ -163,9 +169,11 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
                 edges, roots = to_df(spark, data["edges"], Total()), to_df(spark, data["roots"], Total())
                 rows = rows_of(_bfs(edges, roots, fail_user=faults and name == "bfs_in_task"))
     finally:
-        logger.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
         spark.conf.set(FAIL_FIRST_ATTEMPT, "false")
         spark.conf.unset(LOCAL_ROWS)
+        spark.conf.unset(PIPELINE_ROWS)
         spark.conf.unset(CHUNK_ROWS)
     return {
         "rows": sorted([list(d), t, r] for d, t, r in rows),

@@ -3,11 +3,12 @@
 * Adaptive query execution on and off (``spark.sql.adaptive.enabled``, a runtime
   setting: in this process) for a join+count, a reduction and a BFS.
 * ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
-  (in a separate process, ``tests/session_jobs.py``) for a join+count, also with its
+  (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
+  small pipeline, ``spark_differential.fused``) and operator by operator, also with its
   kernels failing their first attempt; the BFS on local-cluster runs in
   ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
-  and of a distributed BFS fails its first attempt (the test-only
+  (in one task and operator by operator) and of a distributed BFS fails its first attempt (the test-only
   ``spark_differential.testing.failFirstAttempt``), a user ``dd_reduce`` function
   fails its first attempt in a reduction and inside a loop run in one task; the
   rows, and the loop's per-iteration change counts (observed metrics), are those of
@@ -46,12 +47,13 @@ cloudpickle.register_pickle_by_value(session_jobs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AQE = "spark.sql.adaptive.enabled"
+FUSED = "runs inside one task"  # spark_differential.fused's log line for a small pipeline
 
 
 def expected(job: str) -> Coll:
     """The oracle's answer to a job of ``tests/session_jobs.py``."""
     data, lat = inputs(), Total()
-    if job == "join_count":
+    if job in ("join_count", "join_count_by_operator"):
         return ref_count(ref_join(data["a"], data["b"], KEYS, lat), KEYS, lat)
     if job == "reduce":
         return ref_reduce(data["c"], KEYS, lambda key, rows: [((v,), 1) for v in top2([d[0] for d, _ in rows])],
@@ -110,7 +112,7 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
 def test_retried_tasks_give_the_rows_of_runs_without_failures():
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
     out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
-                   faults="join_count,reduce,bfs,bfs_in_task,bfs_chunked")
+                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked")
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -128,6 +130,9 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     assert changes(out["bfs_in_task"]["faults"]["log"]) == reference
     assert any("inside one task" in m for m in out["bfs_in_task"]["faults"]["log"])
     assert not any("inside one task" in m for m in out["bfs"]["faults"]["log"])
+    # the join and count as one task (a small pipeline), and operator by operator
+    assert any(FUSED in m for m in out["join_count"]["faults"]["log"])
+    assert not any(FUSED in m for m in out["join_count_by_operator"]["faults"]["log"])
     # in time chunks, where the join's outer collection is gathered per key by a kernel too
     assert any("time chunks" in m for m in out["bfs_chunked"]["faults"]["log"])
     assert not any("inside one task" in m for m in out["bfs_chunked"]["faults"]["log"])
@@ -158,11 +163,14 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 def test_join_count_on_local_cluster_also_with_retried_tasks():
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count", faults="join_count")
-    runs = out["join_count"]
-    assert_updates_equal(updates(runs["plain"]), expected("join_count").updates)
-    assert runs["faults"]["rows"] == runs["plain"]["rows"]
-    assert runs["faults"]["failed_attempts"] > 0 and runs["plain"]["failed_attempts"] == 0
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator",
+                   faults="join_count,join_count_by_operator")
+    for job, fused in (("join_count", True), ("join_count_by_operator", False)):
+        runs = out[job]
+        assert_updates_equal(updates(runs["plain"]), expected(job).updates)
+        assert runs["faults"]["rows"] == runs["plain"]["rows"]
+        assert runs["faults"]["failed_attempts"] > 0 and runs["plain"]["failed_attempts"] == 0
+        assert any(FUSED in m for m in runs["plain"]["log"]) == fused, (job, runs["plain"]["log"])
 
 
 @pytest.mark.connect
