@@ -43,6 +43,7 @@ import itertools
 import logging
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -247,12 +248,26 @@ def _classic_rows(plan: Any, spark: Any) -> int | None:
 def _parallelised_rows(rdd: Any, spark: Any) -> int | None:
     """A bound on the rows of a classic ``createDataFrame`` of a Python list: its RDD
     descends from the ``ParallelCollectionRDD`` of the list's pickled batches, each of
-    at most ``max(1024, batchSize)`` rows (``SparkContext.parallelize``)."""
+    at most ``max(1024, batchSize)`` rows (``SparkContext.parallelize``).  Read once per
+    RDD (an RDD does not change; its lineage costs a few py4j round trips per step)."""
+    sc = spark.sparkContext
+    known = _RDD_ROWS.setdefault(sc, {})
+    key = int(rdd.id())
+    if key not in known:
+        known[key] = _lineage_rows(rdd, sc)
+    return known[key]
+
+
+# SparkContext -> RDD id -> _lineage_rows (RDD ids restart with every SparkContext)
+_RDD_ROWS: weakref.WeakKeyDictionary[Any, dict[int, int | None]] = weakref.WeakKeyDictionary()
+
+
+def _lineage_rows(rdd: Any, sc: Any) -> int | None:
     for _ in range(8):
         if rdd.getClass().getSimpleName() == "ParallelCollectionRDD":
             parts = rdd.partitions()
             batches = sum(int(parts[i].values().size()) for i in range(len(parts)))
-            size = int(getattr(spark.sparkContext, "_batchSize", 0) or 0)
+            size = int(getattr(sc, "_batchSize", 0) or 0)
             return batches * max(1024, size)
         deps = rdd.dependencies()
         if deps.size() != 1:
