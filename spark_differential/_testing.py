@@ -32,12 +32,19 @@ class InjectedFault(RuntimeError):
     """Raised on purpose by a kernel's first attempt (``spark_differential.testing.failFirstAttempt``)."""
 
 
-def fault_hook(spark: Any, kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """``kernel``, or (the test-only configuration set) ``kernel`` failing attempt 0 of each task."""
+def faults_on(spark: Any) -> bool:
+    """Whether the test-only configuration asks kernels to fail attempt 0 of each task."""
     try:
-        on = str(spark.conf.get(FAIL_FIRST_ATTEMPT, "false")).strip().lower() == "true"
+        return str(spark.conf.get(FAIL_FIRST_ATTEMPT, "false")).strip().lower() == "true"
     except Exception:  # noqa: BLE001 - a session whose conf cannot be read: no fault
-        on = False
+        return False
+
+
+def fault_hook(spark: Any, kernel: Callable[..., Any], on: bool | None = None) -> Callable[..., Any]:
+    """``kernel``, or (the test-only configuration set; ``on``: :func:`faults_on`, when the
+    caller asked already) ``kernel`` failing attempt 0 of each task."""
+    if on is None:
+        on = faults_on(spark)
     return functools.partial(_fail_first_attempt, kernel) if on else kernel
 
 

@@ -52,6 +52,23 @@ from typing import Any
 from . import _conf
 from ._lazy import lazy
 from .collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
+from .local_loop import (
+    _CONNECT_CACHED,
+    _CONNECT_HELD,
+    _HELD,
+    SRC,
+    KernelSchemas,
+    Stateful,
+    StepInput,
+    _connect_held,
+    _consolidate,
+    _kernel_input,
+    _relation,
+    _source_table,
+    tag_source,
+    translator_for,
+    user_named,
+)
 from .session import is_connect
 from .translate import Relation, Untranslatable, leaves
 
@@ -94,9 +111,8 @@ class Recipe:
     out_columns: Sequence[tuple[str, str]]
     kernel_type: Any
     name: str = field(default_factory=lambda: f"p{next(_COUNTER)}")
-    df: Any = None  # the output DataFrame, once remembered
-    key: Any = None  # how plans know the output: classic, its analysed plan and hash code (on first use); Connect, its plan node
-    session: Any = None  # the output's SparkSession
+    df: Any = None  # the output DataFrame, once remembered (on Spark Connect plans know it by its plan node)
+    key: tuple[Any, int] | None = None  # classic: its analysed plan and that plan's hash code (read on first use)
     dead: bool = False  # it cannot be part of a pipeline (its sources or steps): not read as a leaf
     # its inputs once read (Builder.inputs): a relation over remembered outputs, or a source's rows
     read: list[tuple[Relation | None, int]] | None = None
@@ -126,9 +142,6 @@ def remember(df: Any, recipe: Recipe) -> None:
     """Remember ``df`` as the output of ``recipe``: plans built on it read it as a leaf
     (no py4j round trip here: a classic output's plan is read when first needed)."""
     recipe.df = df
-    recipe.session = df.sparkSession
-    if is_connect(df):
-        recipe.key = df._plan
     with _LOCK:
         _REMEMBERED[recipe.name] = recipe
         while len(_REMEMBERED) > _KEEP:
@@ -144,10 +157,13 @@ def _used(recipe: Recipe) -> None:
 def _alive(spark: Any) -> list[Recipe]:
     with _LOCK:
         recipes = list(_REMEMBERED.values())
-    return [r for r in recipes if r.session is spark and not r.dead]
+    return [r for r in recipes if r.df.sparkSession is spark and not r.dead]
 
 
-_HELD_KINDS = {"Project", "Filter", "SubqueryAlias", "Union", "LocalRelation", "LogicalRDD"}
+# plans that may only read local rows (their rows are counted when a pipeline is built):
+# what a loop's task reads itself, but for cached tables (whose rows no plan says)
+_HELD_KINDS = _HELD - {"InMemoryRelation"}
+_CONNECT_HELD_KINDS = _CONNECT_HELD - _CONNECT_CACHED
 _CONNECT_CHILDREN = ("_child", "other", "left", "right")
 _TREE_LINE = re.compile(r"^[\s:|+\-]*(\w+)", re.MULTILINE)
 
@@ -179,7 +195,7 @@ def _reads_remembered(kinds: set[str], ids: set[int], recipes: Sequence[Recipe],
     one of its nodes is one; on a classic session, whether it runs a ``mapInArrow`` (every
     operator's output does)."""
     if connect:
-        return any(id(r.key) in ids for r in recipes)
+        return any(id(r.df._plan) in ids for r in recipes)
     return "MapInArrow" in kinds
 
 
@@ -209,8 +225,6 @@ class Pipeline:
 
 
 _PASS = {"Project", "Filter", "SubqueryAlias"}
-_CONNECT_PASS = {"Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop", "ToDF"}
-_CONNECT_HELD_KINDS = _CONNECT_PASS | {"LocalRelation", "SetOperation"}
 
 
 def held_rows(df: Any) -> int | None:
@@ -219,7 +233,8 @@ def held_rows(df: Any) -> int | None:
     filters and unions; ``None`` for anything else (a file scan, a join, an
     aggregate, a checkpoint, an operator's output)."""
     if is_connect(df):
-        return _connect_rows(df._plan)
+        rows, held = _connect_held(df._plan, exact=True)
+        return rows if held else None
     try:
         return _classic_rows(df._jdf.queryExecution().analyzed(), df.sparkSession)
     except Exception:  # noqa: BLE001 - a plan read differently by this Spark: not known small
@@ -276,23 +291,6 @@ def _lineage_rows(rdd: Any, sc: Any) -> int | None:
     return None
 
 
-def _connect_rows(plan: Any) -> int | None:
-    kind = type(plan).__name__
-    if getattr(plan, "_references", None):
-        return None
-    if kind == "LocalRelation":
-        table = getattr(plan, "_table", None)
-        return table.num_rows if table is not None else None
-    if kind == "SetOperation":
-        if plan.set_op != "union":
-            return None
-        a, b = _connect_rows(plan._child), _connect_rows(plan.other)
-        return None if a is None or b is None else a + b
-    if kind in _CONNECT_PASS and getattr(plan, "_child", None) is not None:
-        return _connect_rows(plan._child)
-    return None
-
-
 # ---------------------------------------------------------------------------------
 # building a pipeline (driver)
 
@@ -301,7 +299,7 @@ class _TooLarge(Untranslatable):
     """The pipeline's sources may hold more rows than one task should."""
 
 
-class _Builder:
+class _Builder(KernelSchemas):
     """The steps of a pipeline ending at one operator, from the remembered recipes."""
 
     def __init__(self, spark: Any, width: int, limit: int) -> None:
@@ -317,21 +315,14 @@ class _Builder:
         self.done: set[str] = set()
         self.recipes: dict[str, Recipe] = {}
         self.translator: Any = None
-        self._large: bool | None = None
 
     def _know(self) -> None:
         """A translator that reads every live remembered output as a leaf."""
         if self.translator is not None:
             return
-        ansi = str(_conf.get(self.spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
-        if self.connect:
-            from .translate_connect import ConnectTranslator
-
-            self.translator = ConnectTranslator(self.spark, self.tables, self.width, ansi=ansi)
-        else:
-            from .translate import Translator
-
-            self.translator = Translator(self.spark._jvm, self.tables, self.width, ansi=ansi, use_json=False)
+        # classic: node by node over py4j, not Spark's JSON of the plan, which writes the whole
+        # plan under an operator's output (about 75 KB for one operator: 70-100 ms)
+        self.translator = translator_for(self.spark, self.tables, self.width, use_json=False)
         for r in _alive(self.spark):
             if r.kernel_type.width != self.width:
                 continue
@@ -339,7 +330,7 @@ class _Builder:
             self.tables[r.name] = (r.name, [f.name for f in fields])
             self.recipes[r.name] = r
             if self.connect:
-                self.translator.known_plan(r.key, r.name, fields)
+                self.translator.known_plan(r.df._plan, r.name, fields)
                 continue
             if r.key is None:
                 from .translate import plan_of
@@ -358,15 +349,6 @@ class _Builder:
         self.sources.append((df, cs))
         self.readers.append(op)  # the operator a null time or diff of this source is reported for
         return len(self.sources) - 1
-
-    def _schema(self, fields: Sequence[Any]) -> Any:
-        from pyspark.sql import types as T
-
-        from .execution import arrow_schema, large_var_types
-
-        if self._large is None:
-            self._large = large_var_types(self.spark)
-        return arrow_schema(self.spark, T.StructType(list(fields)), large=self._large)
 
     def inputs(self, recipe: Recipe) -> list[tuple[Relation | None, int | None]]:
         """Each input of ``recipe`` as a small source, or a relation over remembered outputs
@@ -403,11 +385,9 @@ class _Builder:
 
     def add(self, recipe: Recipe) -> None:
         """Add ``recipe``'s step (after the steps it reads)."""
-        from pyspark.sql import types as T
 
-        from .execution import kernel_fields, time_fields
-        from .kernels.common import NEW, keys
-        from .local_loop import Stateful, StepInput
+        from .execution import time_fields
+        from .kernels.common import keys
 
         if recipe.name in self.done:
             return
@@ -427,9 +407,8 @@ class _Builder:
             raise
         step_inputs = []
         for inp, (rel, src) in zip(recipe.inputs, read):
-            schema = self._schema([*kernel_fields(inp), *time_fields(recipe.kernel_type),
-                                   T.StructField(NEW, T.BooleanType())])
-            step_inputs.append(StepInput(rel, src, tuple(inp.keys), tuple(inp.data), inp.prefix, schema, False))
+            step_inputs.append(StepInput(rel, src, tuple(inp.keys), tuple(inp.data), inp.prefix,
+                                         self._input_schema(inp, recipe.kernel_type), False))
         out_schema = self._schema([*recipe.out_fields, *time_fields(recipe.kernel_type)])
         key_cols = tuple(keys(getattr(p, "nkeys", 0)))
         self.steps.append(Stateful(recipe.name, recipe.kernel, p, key_cols, tuple(step_inputs), out_schema,
@@ -453,10 +432,6 @@ class _Builder:
                                    T.StructField(DIFF, T.LongType(), True)])
         sources = tuple((*cs.data_cols, *leaves(self.width), DIFF) for _, cs in self.sources)
         return Pipeline(tuple(self.steps), output, data, self.width, out_schema, sources)
-
-
-def _same(params: Any, *tables: Any) -> Any:
-    return tables
 
 
 def _quote(name: str) -> str:
@@ -512,10 +487,9 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from ._testing import fault_hook
+    from ._testing import fault_hook, faults_on
     from .collection import quoted
     from .execution import arrow_schema
-    from .local_loop import tag_source
 
     ttype = recipe.kernel_type
     union = None
@@ -526,9 +500,9 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
     fields = recipe.fields
     schema = T.StructType([*fields[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(pipeline.width)],
                            T.StructField(DIFF, T.LongType(), True)])
-    if fault_hook(spark, _same) is not _same:  # the test-only switch failing every kernel's first attempt
-        pipeline = dataclasses.replace(
-            pipeline, steps=tuple(dataclasses.replace(st, kernel=fault_hook(spark, st.kernel)) for st in pipeline.steps))
+    if faults_on(spark):  # the test-only switch failing every kernel's first attempt
+        pipeline = dataclasses.replace(pipeline, steps=tuple(
+            dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) for st in pipeline.steps))
     out = union.coalesce(1).mapInArrow(task(pipeline, arrow_schema(spark, schema)), schema)
     data = list(pipeline.data)
     sql_type = integral_sql(ttype)
@@ -546,7 +520,6 @@ def evaluate(pipeline: Pipeline, sources: Sequence[pa.Table]) -> pa.Table:
     """Every step of ``pipeline`` once, over all the updates of its inputs: the output
     collection, consolidated (``pipeline.out_schema``)."""
     from .kernels.common import conform
-    from .local_loop import _consolidate, _kernel_input, _relation, user_named
 
     tables: dict[str, pa.Table] = {}
     for step in pipeline.steps:
@@ -568,7 +541,6 @@ def task(pipeline: Pipeline, out_schema: pa.Schema) -> Callable[[Iterator[pa.Rec
         import pyarrow.compute as pc
 
         from .kernels.common import conform
-        from .local_loop import SRC, _source_table
 
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None

@@ -279,7 +279,46 @@ class Program:
 # recording (driver)
 
 
-class Recorder:
+def translator_for(spark: Any, tables: dict[str, tuple[str, Sequence[str]]], width: int,
+                   use_json: bool = True) -> Translator:
+    """The session's reader of linear steps into DuckDB SQL over ``tables``: on Spark
+    Connect the client's plan, read in this process (:mod:`spark_differential.translate_connect`),
+    else the analysed plan (``use_json``: in one py4j round trip, as Spark's JSON)."""
+    ansi = str(_conf.get(spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
+    if is_connect(spark):
+        from .translate_connect import ConnectTranslator
+
+        return ConnectTranslator(spark, tables, width, ansi=ansi)
+    return Translator(spark._jvm, tables, width, ansi=ansi, use_json=use_json)
+
+
+class KernelSchemas:
+    """The Arrow schemas of a recorded program's steps, with the session's settings (the
+    large-types setting asked once).  Needs ``self.spark``."""
+
+    spark: Any
+    _large: bool | None = None
+
+    def _schema(self, fields: Sequence[Any]) -> pa.Schema:
+        from pyspark.sql import types as T
+
+        from .execution import arrow_schema, large_var_types
+
+        if self._large is None:  # the session's setting, asked once per recording
+            self._large = large_var_types(self.spark)
+        return arrow_schema(self.spark, T.StructType(list(fields)), large=self._large)
+
+    def _input_schema(self, inp: Any, kernel_type: Any) -> pa.Schema:
+        """A step input's kernel columns: keys, data, time leaves, diff, ``_new``."""
+        from pyspark.sql import types as T
+
+        from .execution import kernel_fields, time_fields
+        from .kernels.common import NEW
+
+        return self._schema([*kernel_fields(inp), *time_fields(kernel_type), T.StructField(NEW, T.BooleanType())])
+
+
+class Recorder(KernelSchemas):
     """Collects the steps of one body while it is called on placeholders."""
 
     def __init__(self, spark: Any, loop_t: Any, cs: CollectionSchema, roots: Any) -> None:
@@ -293,14 +332,8 @@ class Recorder:
         # (DataFrame, its CollectionSchema) of the roots (source 0, also when the body reads them
         # again, as BFS concatenates its roots) and of every outer collection the body reads
         self.sources: list[tuple[Any, Any]] = [(roots, cs)]
-        ansi = str(_conf.get(spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
         self.connect = is_connect(spark)
-        if self.connect:  # the client's plan, read in this process (spark_differential.translate_connect)
-            from .translate_connect import ConnectTranslator
-
-            self.translator: Translator = ConnectTranslator(spark, self.tables, self.width, ansi=ansi)
-        else:
-            self.translator = Translator(spark._jvm, self.tables, self.width, ansi=ansi)
+        self.translator: Translator = translator_for(spark, self.tables, self.width)
         self._large: bool | None = None
         self.T = T
         self.loop_var = self.placeholder("v", [cs.field(c) for c in cs.data_cols])
@@ -327,13 +360,6 @@ class Recorder:
         self.sources.append((df, cs))
         return len(self.sources) - 1
 
-    def _schema(self, fields: Sequence[Any]) -> pa.Schema:
-        from .execution import arrow_schema, large_var_types
-
-        if self._large is None:  # the session's setting, asked once per recording
-            self._large = large_var_types(self.spark)
-        return arrow_schema(self.spark, self.T.StructType(list(fields)), large=self._large)
-
     def stateful(
         self,
         op: str,
@@ -345,9 +371,9 @@ class Recorder:
         out_columns: Sequence[tuple[str, str]],
         kernel_type: Any,
     ) -> Any:
-        from .execution import kernel_fields, time_fields
+        from .execution import time_fields
         from .iterate import _keeps_trace
-        from .kernels.common import NEW, keys, names
+        from .kernels.common import keys, names
         from .kernels.join import JoinParams
         from .kernels.reduce import ReduceParams, ThresholdParams
 
@@ -369,7 +395,7 @@ class Recorder:
         for inp, e, kp in zip(inputs, entries, keep):
             if inp.time_type != kernel_type:
                 raise Untranslatable(f"{op}: an input enters through a time conversion")
-            schema = self._schema([*kernel_fields(inp), *time_fields(kernel_type), T.StructField(NEW, T.BooleanType())])
+            schema = self._input_schema(inp, kernel_type)
             if e.loop_id is None:
                 rel, src = None, self.source(inp.df, inp.cs, kernel_type)
             else:
@@ -1577,26 +1603,28 @@ def _held(plan: Any) -> bool:
     return all(_held(children.apply(i)) for i in range(children.size()))
 
 
-_CONNECT_HELD = {"LocalRelation", "CachedLocalRelation", "ChunkedCachedLocalRelation", "CachedRemoteRelation",
-                 "CachedRelation", "Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop",
-                 "ToDF", "SetOperation"}
+_CONNECT_PASS = {"Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop", "ToDF"}
+# rows Spark Connect holds whose number the client's plan does not say (checkpoints, cached local data)
+_CONNECT_CACHED = {"CachedLocalRelation", "ChunkedCachedLocalRelation", "CachedRemoteRelation", "CachedRelation"}
+_CONNECT_HELD = {"LocalRelation", "SetOperation"} | _CONNECT_PASS | _CONNECT_CACHED
 
 
-def _connect_held(plan: Any) -> tuple[int, bool]:
+def _connect_held(plan: Any, exact: bool = False) -> tuple[int, bool]:
     """:func:`_held` for a Spark Connect client's plan (no RPC): whether it only reads local
     rows or checkpoints (``CachedRemoteRelation``) through projections, filters and unions,
     and the rows of the local relations it reads (a union's sides summed; a checkpoint's
-    rows are not known here: 0, the task's own count decides)."""
+    rows are not known here: 0, the task's own count decides).  ``exact``: only local
+    relations, whose rows the client holds, count as held (the rows are then a bound)."""
     kind = type(plan).__name__
-    if kind not in _CONNECT_HELD or getattr(plan, "_references", None):
+    if kind not in _CONNECT_HELD or getattr(plan, "_references", None) or (exact and kind in _CONNECT_CACHED):
         return 0, False
     if kind == "SetOperation":
         if plan.set_op != "union":
             return 0, False
-        a, b = _connect_held(plan._child), _connect_held(plan.other)
+        a, b = _connect_held(plan._child, exact), _connect_held(plan.other, exact)
         return a[0] + b[0], a[1] and b[1]
     child = getattr(plan, "_child", None)
     if child is not None:
-        return _connect_held(child)
+        return _connect_held(child, exact)
     table = getattr(plan, "_table", None)
     return (table.num_rows if table is not None else 0), True

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers import CONNECT, assert_matches, cases, to_df
+from helpers import assert_matches, cases, to_df
 from oracle import Coll, Product, Total, ref_antijoin, ref_count, ref_distinct, ref_join, ref_max, ref_min, ref_semijoin
 from pyspark.sql import functions as F
 
@@ -131,8 +131,8 @@ def test_a_self_union_of_an_operator_output_gives_the_oracle_rows(spark, path):
         assert_matches(out, ref_count(doubled, KEY, lat))
 
 
-@pytest.mark.skipif(CONNECT, reason="Spark jobs are counted on a classic session (statusTracker)")
 def test_a_fused_pipeline_runs_one_job_of_one_task(spark, path):
+    """(Classic sessions only: Spark jobs are counted by the status tracker.)"""
     from spark_differential._jobs import count_jobs
 
     lat = Total()
