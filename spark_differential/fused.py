@@ -70,7 +70,7 @@ from .local_loop import (
     user_named,
 )
 from .session import is_connect
-from .translate import Relation, Untranslatable, leaves
+from .translate import Relation, Untranslatable, leaves, plan_of, quote
 
 pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.fused")
@@ -117,6 +117,13 @@ class Recipe:
     # its inputs once read (Builder.inputs): a relation over remembered outputs, or a source's rows
     read: list[tuple[Relation | None, int]] | None = None
     deps: dict[str, Recipe] = field(default_factory=dict)  # the remembered outputs its relations read
+
+    def answer_fields(self, width: int) -> list[Any]:
+        """The fused task's output fields: the data's, the time's ``width`` leaves, diff."""
+        from pyspark.sql import types as T
+
+        return [*self.fields[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(width)],
+                T.StructField(DIFF, T.LongType(), True)]
 
     @property
     def fields(self) -> list[Any]:
@@ -182,8 +189,6 @@ def _kinds(df: Any) -> tuple[set[str], set[int]]:
             ids.add(id(p))
             todo += [c for c in (getattr(p, a, None) for a in _CONNECT_CHILDREN) if c is not None]
         return kinds, ids
-    from .translate import plan_of
-
     try:
         return set(_TREE_LINE.findall(str(plan_of(df).toString()))), set()
     except Exception:  # noqa: BLE001 - not read: nothing is known of it
@@ -333,8 +338,6 @@ class _Builder(KernelSchemas):
                 self.translator.known_plan(r.df._plan, r.name, fields)
                 continue
             if r.key is None:
-                from .translate import plan_of
-
                 plan = plan_of(r.df)
                 r.key = (plan, int(plan.hashCode()))
             self.translator.known_node(r.key[0], r.key[1], r.name)
@@ -385,7 +388,6 @@ class _Builder(KernelSchemas):
 
     def add(self, recipe: Recipe) -> None:
         """Add ``recipe``'s step (after the steps it reads)."""
-
         from .execution import time_fields
         from .kernels.common import keys
 
@@ -419,25 +421,16 @@ class _Builder(KernelSchemas):
         self.tables.setdefault(recipe.name, (recipe.name, [f.name for f in fields]))
 
     def pipeline(self, recipe: Recipe) -> Pipeline:
-        from pyspark.sql import types as T
-
         self.add(recipe)
         fields = recipe.fields
         cols = self.tables[recipe.name][1]
         expanded = tuple(c for n in cols for c in (leaves(self.width) if n == TIME else [n]))
-        output = Relation(f"SELECT {', '.join(_quote(c) for c in expanded)} FROM ${recipe.name}", expanded,
+        output = Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${recipe.name}", expanded,
                           (recipe.name, expanded), ("leaf", recipe.name, expanded))
         data = tuple(f.name for f in fields[:-2])
-        out_schema = self._schema([*fields[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(self.width)],
-                                   T.StructField(DIFF, T.LongType(), True)])
+        out_schema = self._schema(recipe.answer_fields(self.width))
         sources = tuple((*cs.data_cols, *leaves(self.width), DIFF) for _, cs in self.sources)
         return Pipeline(tuple(self.steps), output, data, self.width, out_schema, sources)
-
-
-def _quote(name: str) -> str:
-    from .translate import quote
-
-    return quote(name)
 
 
 def in_task_form(params: Any) -> bool:
@@ -489,7 +482,6 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
 
     from ._testing import fault_hook, faults_on
     from .collection import quoted
-    from .execution import arrow_schema
 
     ttype = recipe.kernel_type
     union = None
@@ -497,13 +489,11 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
         part = tag_source(df, j, [c for c in cols if c not in (DIFF, *leaves(pipeline.width))], cs.ttype, op=op)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
-    fields = recipe.fields
-    schema = T.StructType([*fields[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(pipeline.width)],
-                           T.StructField(DIFF, T.LongType(), True)])
+    schema = T.StructType(recipe.answer_fields(pipeline.width))
     if faults_on(spark):  # the test-only switch failing every kernel's first attempt
         pipeline = dataclasses.replace(pipeline, steps=tuple(
             dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) for st in pipeline.steps))
-    out = union.coalesce(1).mapInArrow(task(pipeline, arrow_schema(spark, schema)), schema)
+    out = union.coalesce(1).mapInArrow(task(pipeline, pipeline.out_schema), schema)
     data = list(pipeline.data)
     sql_type = integral_sql(ttype)
     if sql_type is not None:

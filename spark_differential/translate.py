@@ -247,7 +247,9 @@ class Translator:
     def known_node(self, plan: Any, code: int, name: str) -> None:
         """Remember the analysed plan ``plan`` (hash code ``code``) of a pipeline's operator
         output (:mod:`spark_differential.fused`) as the leaf ``name``: a plan node equal to
-        it is that output (a side the analyser renumbered, as in a self-union, is not)."""
+        it is that output (a side the analyser renumbered, as in a self-union, is not).  Read
+        by the node-by-node reader (``use_json=False``); the JSON reader does not look for them
+        (an unknown node there is :class:`Untranslatable`, never misread)."""
         self.node_plans.setdefault(code, []).append((plan, name))
 
     def relation(self, df: Any, columns: Sequence[str] | None = None) -> Relation:
