@@ -3,7 +3,7 @@
 Builds the input as ``benchmarks/bfs.py``'s ``ours_run`` does (1,000 nodes, 2,000
 edges, every change at its own time), forces the distributed path
 (``spark_differential.iterate.localRows=0``) and runs ``algorithms.bfs(...).count()``
-inside :func:`spark_differential._jobs.count_jobs` in this thread (``ours_run`` runs
+inside :func:`spark_differential.core.jobs.count_jobs` in this thread (``ours_run`` runs
 it in another thread, whose jobs the job group does not see).  CPU is summed over the
 live processes under this one (the JVM and its Python workers) from ``/proc``: wall
 seconds on a shared machine mean little, CPU and counts do.  One line per size::
@@ -88,9 +88,9 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     warm_spark(spark)
     import spark_differential as sd
-    from spark_differential import iterate
-    from spark_differential._jobs import count_jobs
     from spark_differential.algorithms import bfs
+    from spark_differential.core.jobs import count_jobs
+    from spark_differential.loop import iterate
 
     spark.conf.set("spark_differential.iterate.localRows", "0")
     spark.conf.set("spark_differential.iterate.chunkRows", args.chunk_rows)

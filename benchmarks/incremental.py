@@ -18,7 +18,7 @@ What is measured
     Per update: the wall time of ``view.update(...)`` plus reading its output
     (``count()``), the CPU seconds of the whole process tree over the same span
     (driver, JVM, Python workers: wall seconds are noisy on a shared machine), the
-    Spark jobs and tasks (``spark_differential._jobs.count_jobs``), and the size on
+    Spark jobs and tasks (``spark_differential.core.jobs.count_jobs``), and the size on
     disk of the files the committed version names (the state).  After update 10,
     every ``--oneshot-every``-th update and the last one, the same query is
     recomputed one-shot over the whole change log so far (the log is appended to
@@ -71,8 +71,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from pyspark.sql import DataFrame  # noqa: E402
 
 import spark_differential as sd  # noqa: E402
-from spark_differential._jobs import count_jobs  # noqa: E402
 from spark_differential.algorithms import bfs  # noqa: E402
+from spark_differential.core.jobs import count_jobs  # noqa: E402
 
 
 def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:

@@ -13,9 +13,9 @@ What is measured
 
     One run of a case is: build the DataFrame (the ``dd_*`` call, timed and counted
     on its own), then ``.collect()`` it.  For each run: Spark jobs, stages and tasks
-    (``spark_differential._jobs.count_jobs``: a job group + the status tracker) and
+    (``spark_differential.core.jobs.count_jobs``: a job group + the status tracker) and
     wall-clock seconds, and the py4j round trips of building the DataFrame
-    (``spark_differential._jobs.count_round_trips``: deterministic, where the call's
+    (``spark_differential.core.jobs.count_round_trips``: deterministic, where the call's
     seconds are not).  ``--warmup`` untimed runs, then ``--repeat`` timed runs, ours
     and the plain equivalent alternating (so a change of load on a shared machine hits
     both); the table shows the median seconds and the jobs/tasks of the last timed run
@@ -26,7 +26,7 @@ What is measured
     Two small pipelines (``dd_join`` + ``select`` + ``dd_count``; and then ``dd_join`` +
     ``dd_min`` on that) are measured the same way against the same plain pipeline, with
     no time target ("info"): what several operators cost together.  From their second
-    operator on they run inside one task (``spark_differential.fused``); the same two
+    operator on they run inside one task (``spark_differential.intask.pipeline``); the same two
     "operator by operator" (``spark_differential.pipeline.localRows=0`` while the
     pipeline is built) show what that saves, in the same run.
 
@@ -61,8 +61,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 import spark_differential as sd
-from spark_differential._jobs import count_jobs, count_round_trips
 from spark_differential.algorithms import bfs
+from spark_differential.core.jobs import count_jobs, count_round_trips
 
 SEED_001_EDGES = [
     ((1, 1), 0, 1),

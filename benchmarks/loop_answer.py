@@ -86,8 +86,8 @@ def phases(spark: Any, args: Any) -> list[dict[str, Any]]:
     import psutil
 
     import spark_differential as sd
-    from spark_differential._jobs import count_jobs
     from spark_differential.algorithms import bfs
+    from spark_differential.core.jobs import count_jobs
 
     me = psutil.Process()
     updates = edge_updates(args.nodes, args.edges, int(args.changes), args.batch, args.seed)

@@ -6,7 +6,7 @@ What is measured
     changes of updates ``0 .. --history`` delivered as **one first update** of a view's loop
     (frontier ``history + 1``), then ``--later`` updates of ``--changes`` changes each.  The
     loop is recorded once as a view records it (``view_loop.record``, no Spark job) and each
-    update is :func:`spark_differential.view_loop.loop_update` called directly on Arrow
+    update is :func:`spark_differential.incremental.loop.loop_update` called directly on Arrow
     tables in this process: what the view's one task does, without Spark's scheduling
     around it.  Per update: CPU seconds of this process (``time.process_time``), the rows
     the steps' kernels receive as new updates (``local_loop._kernel_input``), and the
@@ -53,9 +53,10 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     import spark_differential as sd
-    from spark_differential import lattice as L
-    from spark_differential import local_loop, view_loop
-    from spark_differential.collection import inspect
+    from spark_differential.core import lattice as L
+    from spark_differential.core.collection import inspect
+    from spark_differential.incremental import loop as view_loop
+    from spark_differential.intask import loop as local_loop
 
     spark = sd.session(master="local[1]")
     roots = spark.createDataFrame([], "node long, time long, diff long")
@@ -140,8 +141,8 @@ def through_spark(args: argparse.Namespace) -> int:
     from incremental import SCHEMAS, cpu_between, tree_cpu
 
     import spark_differential as sd
-    from spark_differential._jobs import count_jobs
     from spark_differential.algorithms import bfs
+    from spark_differential.core.jobs import count_jobs
 
     def view_query(roots: Any, edges: Any) -> Any:
         return bfs(edges, roots)

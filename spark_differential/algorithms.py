@@ -20,10 +20,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ._planning import without_origin_tracking
-from .calculus import dd_delay, differentiate, integrate
-from .collection import DIFF, TIME, inspect
-from .errors import TimeTypeError
+from spark_differential.core.collection import DIFF, TIME, inspect
+from spark_differential.core.planning import without_origin_tracking
+from spark_differential.errors import TimeTypeError
+from spark_differential.operators.calculus import dd_delay, differentiate, integrate
 
 
 def _edges(edges: DataFrame, src: str, dst: str) -> DataFrame:

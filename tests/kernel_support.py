@@ -1,13 +1,13 @@
 """Bridging the oracle (tests/oracle.py) and the library's kernel layer, without Spark.
 
 * :func:`lib_type` maps an oracle lattice over integers to the library's
-  :class:`~spark_differential.lattice.TimeType` (struct fields ``a, b, c, …``).
+  :class:`~spark_differential.core.lattice.TimeType` (struct fields ``a, b, c, …``).
 * :func:`to_leaves` / :func:`from_leaves` flatten an oracle time into the kernels'
   int64 leaves and back.  They are written here independently of the library's
   ``encode_value``/``decode_value`` so a bug there cannot hide a bug in a kernel.
 * :func:`kernel_table` builds an Arrow table in the kernels' positional names
   (``_k*`` keys, ``_a*``/``_b*`` data, ``_t*`` leaves, ``_d``, ``_new``), exactly as
-  ``spark_differential.execution.prepare`` hands it to a kernel (minus the bucket).
+  ``spark_differential.engine.distributed.prepare`` hands it to a kernel (minus the bucket).
 * :func:`updates_of` reads a kernel's output table back as oracle updates.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 from oracle import AltNeu, Coll, Product, Total, consolidate
 
-from spark_differential import lattice as L
+from spark_differential.core import lattice as L
 
 # the lattices exercised throughout, as oracle lattices over integer leaves
 LATTICES: dict[str, Any] = {

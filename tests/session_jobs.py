@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from helpers import cases, rows_of, to_df  # noqa: E402
 from oracle import Coll, Total, consolidate  # noqa: E402
 
-# join_count runs as one task (a small pipeline: spark_differential.fused); join_count_by_operator
+# join_count runs as one task (a small pipeline: spark_differential.intask.pipeline); join_count_by_operator
 # the same operator by operator (spark_differential.pipeline.localRows=0)
 JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked")
 KEYS = ["case", "k"]
@@ -142,8 +142,8 @@ def _failed_attempts(spark: Any, job_ids: list[int]) -> int:
 
 def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     """One job; its rows, the loop's log and the failed task attempts it caused."""
-    from spark_differential._jobs import count_jobs
-    from spark_differential._testing import FAIL_FIRST_ATTEMPT
+    from spark_differential.core.faults import FAIL_FIRST_ATTEMPT
+    from spark_differential.core.jobs import count_jobs
 
     data = inputs()
     kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked")

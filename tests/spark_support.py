@@ -12,14 +12,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential._jobs import JobCount, count_jobs
+from spark_differential.core.jobs import JobCount, count_jobs
 
 
 @contextmanager
 def no_spark_job(spark: Any) -> Iterator[None]:
     """Assert that no Spark job is started inside the block.
 
-    The block runs under a fresh job group (:func:`spark_differential._jobs.count_jobs`);
+    The block runs under a fresh job group (:func:`spark_differential.core.jobs.count_jobs`);
     afterwards that group must have no jobs.
     """
     counted: JobCount | None = None

@@ -317,7 +317,7 @@ def test_asof_docstring_examples_run(spark) -> None:
     """The runnable examples of ``dd_asof_join`` and ``sd.from_upserts`` (keyed and keyless)."""
     import doctest
 
-    from spark_differential.calculus import dd_asof_join
+    from spark_differential.operators.calculus import dd_asof_join
 
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
     for fn in (dd_asof_join, sd.from_upserts):

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from spark_support import no_spark_job
 
 import spark_differential as sd
-from spark_differential import changes, errors
+from spark_differential import errors
 from spark_differential.errors import (
     ChangeDataError,
     DiffTypeError,
@@ -35,6 +35,7 @@ from spark_differential.errors import (
     TimeTypeError,
     TimeTypeMismatchError,
 )
+from spark_differential.io import changes
 
 TOTAL = Total()
 DATA = "case long, x long, y string"

@@ -1,4 +1,4 @@
-"""Time chunks (spark_differential.chunks): the chunked form of a collection accumulates
+"""Time chunks (spark_differential.engine.chunks): the chunked form of a collection accumulates
 to the collection inside every chunk, un-chunking gives the collection back, and loops
 run in chunks agree with the oracle for every kind of stateful operator in a body."""
 
@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 from test_iterate import batched_graphs, bfs, interval_edges, prefixed
 
 import spark_differential as sd
-from spark_differential import iterate, lattice
-from spark_differential.chunks import CONF, Chunks
+from spark_differential.core import lattice
+from spark_differential.engine.chunks import CONF, Chunks
 from spark_differential.errors import ConfigurationError
+from spark_differential.loop import iterate
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +170,8 @@ def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeyp
     (``mapInArrow``) over the packed trace and new updates, with no shuffle below the
     kernel, and the loop takes ``dd_min``'s output as consolidated."""
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
-    from spark_differential import algorithms, execution
+    from spark_differential import algorithms
+    from spark_differential.engine import distributed as execution
 
     lat = Total()
     rng = random.Random(11)
@@ -234,7 +236,8 @@ def test_chunks_inside_one_task_are_larger():
 
     import pyarrow as pa
 
-    from spark_differential import chunks, local_loop
+    from spark_differential.engine import chunks
+    from spark_differential.intask import loop as local_loop
 
     assert chunks.layout(202_001, 2_000, 0, 100_000, None) == (0, 991, 101)
     local = chunks.layout(202_001, 2_000, 0, 100_000, None, chunks.LOCAL_FACTOR, chunks.LOCAL_MIN_ROWS)

@@ -28,10 +28,10 @@ def test_docstring_examples_are_collected():
     docs = {t.docstring for t in DOCTESTS}
     for name, method in registered_methods().items():
         assert docstring_of(method) in docs, f"the example of DataFrame.{name} is not collected"
-    assert "spark_differential.iterate.dd_iterate" in names
+    assert "spark_differential.loop.iterate.dd_iterate" in names
     assert "spark_differential.kernels.gather.gather" in names
     # local_loop is imported by the first in-task dd_iterate, not by the package
-    assert "spark_differential.local_loop" in {m.__name__ for m in package_modules()}
+    assert "spark_differential.intask.loop" in {m.__name__ for m in package_modules()}
     assert "examples.flagship" in {m.__name__ for m in example_modules()}
 
 
@@ -45,7 +45,7 @@ def _probe(df):  # type: ignore[no-untyped-def]
 
 
 def test_a_registered_method_from_outside_the_package_is_collected(monkeypatch):
-    from spark_differential import registration
+    from spark_differential.core import registration
 
     name = "dd_doctest_probe"
     monkeypatch.setitem(sd.METHODS, name, _probe)

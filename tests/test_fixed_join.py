@@ -16,9 +16,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_differential.core.lattice import Total
 from spark_differential.kernels import fixed_join
 from spark_differential.kernels.join import JoinParams, join
-from spark_differential.lattice import Total
 
 
 def summed(rows: Any) -> Counter:

@@ -1,4 +1,4 @@
-"""Small pipelines run inside one task (``spark_differential.fused``, issue 20).
+"""Small pipelines run inside one task (``spark_differential.intask.pipeline``, issue 20).
 
 Every pipeline runs twice, fused (the default) and operator by operator
 (``spark_differential.pipeline.localRows=0``), on random inputs over integer and
@@ -20,8 +20,8 @@ from oracle import Coll, Product, Total, ref_antijoin, ref_count, ref_distinct, 
 from pyspark.sql import functions as F
 
 import spark_differential  # noqa: F401  (registers the methods)
-from spark_differential import fused
 from spark_differential.errors import ConfigurationError
+from spark_differential.intask import pipeline as fused
 
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 KEY = ["case", "k"]
@@ -133,7 +133,7 @@ def test_a_self_union_of_an_operator_output_gives_the_oracle_rows(spark, path):
 
 def test_a_fused_pipeline_runs_one_job_of_one_task(spark, path):
     """(Classic sessions only: Spark jobs are counted by the status tracker.)"""
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     lat = Total()
     a, b = to_df(spark, cases(3, 4, ["k", "x"], 5, lat), lat), to_df(spark, cases(4, 4, ["k", "y"], 5, lat), lat)

@@ -70,7 +70,7 @@ def test_heavy_libraries_load_on_first_use() -> None:
 
 
 def test_lazy_modules_pickle_as_the_real_module() -> None:
-    from spark_differential._lazy import lazy
+    from spark_differential.core.lazy import lazy
 
     m = lazy("json")
     assert cloudpickle.loads(cloudpickle.dumps(m)) is sys.modules["json"]

@@ -60,8 +60,8 @@ from pyspark.sql import functions as F
 from spark_support import no_spark_job, sdf
 
 import spark_differential as sd
-from spark_differential import lattice as L
 from spark_differential.algorithms import bfs
+from spark_differential.core import lattice as L
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -69,7 +69,7 @@ from spark_differential.errors import (
     SchemaMismatchError,
     TimeTypeMismatchError,
 )
-from spark_differential.incremental import KILL_ENV, lift_updates
+from spark_differential.incremental.view import KILL_ENV, lift_updates
 
 P2 = Product([Total(), Total()])
 LIB = {"int": L.Total(), "product2": L.Product((("a", L.Total()), ("b", L.Total())))}
@@ -402,7 +402,7 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     (every third update) adds one shuffle per trace (the join's two, the count's rows
     and totals): 12 jobs.
     """
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
         return orders.dd_join(customers, on="cid").dd_count(by="region")

@@ -136,7 +136,7 @@ def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = 
 def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
     """Both ways of selecting the touched keys' trace rows: broadcast (iterations with
     few changes, which is every iteration of a small test) and the partition-local hash join."""
-    from spark_differential import iterate
+    from spark_differential.loop import iterate
 
     if not few:
         monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
@@ -153,7 +153,7 @@ def test_bfs_random_graphs_both_paths(spark, path, name):
 def test_bfs_random_graphs_with_packed_trace_batches(spark, distributed, monkeypatch, caplog, name):
     """``dd_min``'s packed trace in several batches (never merged by size, at most 2):
     the kernel reads each key's newest blob, against the oracle."""
-    from spark_differential import iterate
+    from spark_differential.loop import iterate
 
     monkeypatch.setattr(iterate, "MERGE_RATIO", 0)
     monkeypatch.setattr(iterate, "MAX_BATCHES", 2)
@@ -354,9 +354,9 @@ def test_progress_is_logged(spark, path, caplog):
 def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
     """The driver GC is hinted while iterations drop as much as all before them, and in a
     tail of small iterations only once their drops reach GC_SHARE of everything dropped."""
-    from spark_differential import iterate as it
-    from spark_differential.lattice import Loop
-    from spark_differential.lattice import Total as LibTotal
+    from spark_differential.core.lattice import Loop
+    from spark_differential.core.lattice import Total as LibTotal
+    from spark_differential.loop import iterate as it
 
     hints = []
     monkeypatch.setattr(it, "_collect_garbage", lambda spark: hints.append(spark))
@@ -384,9 +384,9 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
     exactly the latest blob of every key, and an empty blob (a key whose updates
     cancelled) hides the key's older blobs until a merge reaching the oldest batch drops
     both."""
-    from spark_differential import iterate as it
-    from spark_differential.execution import BUCKET, KEY_HASH, bucket_of, key_hash
+    from spark_differential.engine.distributed import BUCKET, KEY_HASH, bucket_of, key_hash
     from spark_differential.kernels.packed import BLOB
+    from spark_differential.loop import iterate as it
 
     nparts = it.shuffle_partitions(spark)
     nbuckets = it.buckets(spark)

@@ -1,4 +1,4 @@
-"""Spark jobs per operator (issue 20): counted with spark_differential._jobs.count_jobs.
+"""Spark jobs per operator (issue 20): counted with spark_differential.core.jobs.count_jobs.
 
 Counts, not timings: how many Spark jobs a ``dd_*`` call runs before the user's
 action (none, except ``dd_iterate``, which is eager and says so) and how many the
@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import spark_differential as sd
-from spark_differential._jobs import JobCountError, count_jobs, count_round_trips
 from spark_differential.algorithms import bfs
+from spark_differential.core.jobs import JobCountError, count_jobs, count_round_trips
 from spark_differential.errors import SparkDifferentialError
 
 

@@ -1,4 +1,4 @@
-"""Hypothesis tests of the library's lattice module (``spark_differential.lattice``).
+"""Hypothesis tests of the library's lattice module (``spark_differential.core.lattice``).
 
 No Spark.  For every time type exercised by the library (integers, 2- and 3-field
 products, a nested product, AltNeu over integers and over a product, the loop
@@ -31,7 +31,7 @@ from kernel_support import LATTICES, from_leaves, lib_type, to_leaves
 from oracle import Product, Total, antichain, st_frontier, times_closure
 from pyspark.sql import Row
 
-from spark_differential import lattice as L
+from spark_differential.core import lattice as L
 from spark_differential.errors import FrontierError, ReservedNameError, TimeTypeError
 
 HI = 3  # random leaves lie in [0, HI]

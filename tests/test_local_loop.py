@@ -1,6 +1,6 @@
 """The in-task loop's own machinery: key-sorted traces, chunk groups and threads.
 
-``spark_differential.local_loop`` keeps each operator's trace in batches sorted by
+``spark_differential.intask.loop`` keeps each operator's trace in batches sorted by
 the operator's key (``native.key_sorted``), finds the rows an iteration touches by
 binary search (``KeySorted.touching``), and may run groups of time chunks on
 threads.  Each is checked against the slower form it replaces: ``native.consolidated``
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_differential import local_loop
+from spark_differential.intask import loop as local_loop
 from spark_differential.kernels import native
 
 
@@ -243,7 +243,7 @@ def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypa
     from pyspark.accumulators import _accumulatorRegistry
     from test_iterate import LATTICES, LOCAL_ROWS, batched_graphs, bfs, prefixed
 
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     lat = LATTICES[name]
     edges, roots, per_case = batched_graphs(37, 6, lat)
@@ -278,7 +278,7 @@ def test_local_answer_keeps_every_value(spark, monkeypatch, caplog) -> None:
 
     from pyspark.sql import functions as F
 
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     ts = dt.datetime(2024, 3, 1, 12, 30, 15, 123456)
@@ -335,7 +335,7 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
         cols[local_loop.DIFF] = pa.array(draw(st.sampled_from([-1, 1, 2])), pa.int64())
         sources.append(pa.table(cols))
         names_.append(tuple(cols))
-    from spark_differential import chunks
+    from spark_differential.engine import chunks
 
     program = SimpleNamespace(chunk_rows=data.draw(st.integers(1, 8)), width=1, sources=tuple(names_))
     seen: list[tuple] = []  # what the plan is made from: (updates, live rows, lowest and highest time, setting)

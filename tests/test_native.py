@@ -1,7 +1,7 @@
 """Arrow-native consolidation, key semi-joins and linear steps, against DuckDB's SQL.
 
 ``spark_differential.kernels.native`` and the Arrow form of relations in
-``spark_differential.translate`` replace DuckDB queries where Arrow gives exactly the
+``spark_differential.intask.translate`` replace DuckDB queries where Arrow gives exactly the
 same rows.  Here both run on random tables (nulls, several key types, values near
 the int64 limits) and must agree row for row, or both fail.
 """
@@ -18,8 +18,8 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_differential.intask.translate import NoArrow, _arrow_expr, evaluate
 from spark_differential.kernels import native
-from spark_differential.translate import NoArrow, _arrow_expr, evaluate
 
 I64 = (-(1 << 63), (1 << 63) - 1)
 

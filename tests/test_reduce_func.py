@@ -12,9 +12,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_differential.core.lattice import Total
 from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels.common import keys, names
-from spark_differential.lattice import Total
 
 
 def _rows(t: pa.Table) -> list[tuple]:

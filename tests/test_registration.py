@@ -16,7 +16,7 @@ from oracle import assert_updates_equal
 from pyspark.sql import DataFrame
 
 import spark_differential as sd
-from spark_differential import registration
+from spark_differential.core import registration
 from spark_differential.errors import SparkDifferentialError
 
 SECTION3_METHODS = [
@@ -130,7 +130,7 @@ def test_connect_import_calling_sys_exit_does_not_end_the_process(monkeypatch) -
     notebook kernels when an optional package (e.g. zstandard) is missing."""
     import builtins
 
-    from spark_differential import registration
+    from spark_differential.core import registration
 
     real_import = builtins.__import__
 

@@ -4,7 +4,7 @@
   setting: in this process) for a join+count, a reduction and a BFS.
 * ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
   (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
-  small pipeline, ``spark_differential.fused``) and operator by operator, also with its
+  small pipeline, ``spark_differential.intask.pipeline``) and operator by operator, also with its
   kernels failing their first attempt; the BFS on local-cluster runs in
   ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
@@ -39,15 +39,15 @@ from pyspark import cloudpickle
 from session_jobs import KEYS, inputs, run_job, top2
 
 import spark_differential as sd
+from spark_differential.core.session import is_connect
 from spark_differential.errors import EnvironmentError_
-from spark_differential.session import is_connect
 
 # the user functions of session_jobs run in Spark's Python workers, which cannot import it: ship them by value
 cloudpickle.register_pickle_by_value(session_jobs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AQE = "spark.sql.adaptive.enabled"
-FUSED = "runs inside one task"  # spark_differential.fused's log line for a small pipeline
+FUSED = "runs inside one task"  # spark_differential.intask.pipeline's log line for a small pipeline
 
 
 def expected(job: str) -> Coll:
@@ -142,10 +142,10 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
     """On a session without retries, the gather kernel (the chunked loop's outer collection
     per key) fails its first attempt when the test-only switch is on: the retry test above
     exercises it."""
-    from spark_differential._testing import FAIL_FIRST_ATTEMPT
-    from spark_differential.collection import inspect
-    from spark_differential.execution import Input, prepare
-    from spark_differential.iterate import _rows_per_key
+    from spark_differential.core.collection import inspect
+    from spark_differential.core.faults import FAIL_FIRST_ATTEMPT
+    from spark_differential.engine.distributed import Input, prepare
+    from spark_differential.loop.iterate import _rows_per_key
 
     edges = spark.createDataFrame([(1, 2, 0, 1), (2, 3, 1, 1)], "node long, dst long, time long, diff long")
     inp = Input(edges, inspect(edges, op="test"), ["node"], ["dst"], "_b")
@@ -190,7 +190,7 @@ def test_the_fault_switch_fails_jobs_without_retries(spark):
     """The test fixture's ``local[2]`` allows no retry: with the switch on a kernel's
     first attempt is its last, so the job fails with the injected fault (on Spark
     Connect too: the switch travels in the kernel's closure)."""
-    from spark_differential._testing import FAIL_FIRST_ATTEMPT
+    from spark_differential.core.faults import FAIL_FIRST_ATTEMPT
 
     df = spark.createDataFrame([(1, 0, 1), (1, 2, 1)], "k long, time long, diff long")
     spark.conf.set(FAIL_FIRST_ATTEMPT, "true")
@@ -274,14 +274,14 @@ def test_a_connect_view_refuses_state_split_over_two_filesystems(host, root, pro
     """On Connect the client writes the manifests and the server the Parquet files: a remote
     server or a non-local URI would put them on two filesystems, silently.  Refused up front."""
     from spark_differential.errors import IncrementalStateError
-    from spark_differential.incremental import _Files
+    from spark_differential.incremental.view import _Files
 
     with pytest.raises(IncrementalStateError, match=problem):
         _Files(_FakeConnect(host), root)
 
 
 def test_a_connect_view_on_this_machine_takes_local_paths_and_file_uris(tmp_path):
-    from spark_differential.incremental import _Files
+    from spark_differential.incremental.view import _Files
 
     assert _Files(_FakeConnect("localhost"), str(tmp_path)).root == str(tmp_path)
     assert _Files(_FakeConnect("127.0.0.1"), f"file://{tmp_path}").root == str(tmp_path)

@@ -21,7 +21,7 @@ from helpers import connect_params
 from sqlglot import exp
 
 from spark_differential.errors import SqlError
-from spark_differential.sql import _SparkAsof, sql
+from spark_differential.sql.compile import _SparkAsof, sql
 
 # ----------------------------------------------------------------------------- data
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_differential import iterate
+from spark_differential.loop import iterate
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The in-task loop's translator (``spark_differential.translate``): reading the analysed
+"""The in-task loop's translator (``spark_differential.intask.translate``): reading the analysed
 plan from one ``toJSON()`` call gives exactly the relations that walking the plan over
 py4j node by node gives (the reference), in far fewer round trips.
 
@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential._jobs import count_round_trips
-from spark_differential.translate import Translator, Untranslatable, placeholder
+from spark_differential.core.jobs import count_round_trips
+from spark_differential.intask.translate import Translator, Untranslatable, placeholder
 
 SCHEMA = T.StructType(
     [
@@ -125,7 +125,7 @@ def test_picking_columns_matches_a_select(spark):
 
 # ---------------------------------------------------------------------------------
 # Relations against Spark itself, on both session kinds: the classic reader reads the
-# analysed plan, the Connect reader (spark_differential.translate_connect) the client's
+# analysed plan, the Connect reader (spark_differential.intask.translate_connect) the client's
 # plan.  Each translated case's DuckDB query (and Arrow program) over sample rows must
 # give Spark's own rows for the same DataFrame built on those rows.
 
@@ -176,11 +176,11 @@ CONNECT_CASES["sql dollar literal"] = lambda d: d.where("`case` <> '$v'")
 
 def _relation(spark: Any, build: Any) -> Any:
     """``build`` over a loop placeholder, read by the session's own reader."""
-    from spark_differential.session import is_connect
+    from spark_differential.core.session import is_connect
 
     tables = {"v": ("v", [f.name for f in SCHEMA.fields])}
     if is_connect(spark):
-        from spark_differential.translate_connect import ConnectTranslator
+        from spark_differential.intask.translate_connect import ConnectTranslator
 
         tr: Any = ConnectTranslator(spark, tables, 1, ansi=True)
         leaf = spark.createDataFrame([], SCHEMA)
@@ -198,10 +198,10 @@ def _relation(spark: Any, build: Any) -> Any:
 def test_relations_give_sparks_rows(spark):
     import pyarrow as pa
 
-    from spark_differential.execution import arrow_schema
+    from spark_differential.core.session import is_connect
+    from spark_differential.engine.distributed import arrow_schema
+    from spark_differential.intask.translate import NoArrow, evaluate
     from spark_differential.kernels import duck
-    from spark_differential.session import is_connect
-    from spark_differential.translate import NoArrow, evaluate
 
     connect = is_connect(spark)
     real = spark.createDataFrame(ROWS, SCHEMA)
@@ -240,13 +240,13 @@ def test_relations_give_sparks_rows(spark):
 def test_connect_reader_checks_the_servers_schema(spark):
     """On Connect every translated DataFrame costs one schema RPC (its types checked), and a
     leaf the recorder does not know (a DataFrame from outside the loop) is refused."""
-    from spark_differential.session import is_connect
+    from spark_differential.core.session import is_connect
 
     if not is_connect(spark):
         rel = _relation(spark, lambda d: spark.createDataFrame(ROWS, SCHEMA))
         assert isinstance(rel, Untranslatable)
         return
-    from spark_differential.translate_connect import ConnectTranslator
+    from spark_differential.intask.translate_connect import ConnectTranslator
 
     tables = {"v": ("v", [f.name for f in SCHEMA.fields])}
     tr = ConnectTranslator(spark, tables, 1, ansi=True)
@@ -266,8 +266,8 @@ def test_loop_sources_held_and_counted_without_a_job(spark):
     """The in-task loop reads sources that only project local rows in their own task (one
     stage); a join is computed by a plan of its own.  On Connect the client's plan is read
     (local rows counted from its Arrow table), on a classic session Spark's statistics."""
-    from spark_differential.local_loop import _estimated_rows
-    from spark_differential.session import is_connect
+    from spark_differential.core.session import is_connect
+    from spark_differential.intask.loop import _estimated_rows
 
     local = spark.createDataFrame(ROWS, SCHEMA)
     assert _estimated_rows([local.where(F.col("x") > 0).select("x", *KEEP)])[1] is True

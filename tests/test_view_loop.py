@@ -1,11 +1,11 @@
-"""``dd_iterate`` in an incremental view (stage 2): per-iteration traces (``spark_differential.view_loop``).
+"""``dd_iterate`` in an incremental view (stage 2): per-iteration traces (``spark_differential.incremental.loop``).
 
 On ``(data, time, diff)``: a loop kept in a view receives the changes of its roots and
 outer collections at each update and returns the change of its fixed point, reading and
 rewriting its per-iteration traces.  Checked here:
 
 * without Spark jobs (the loop recorded once on placeholders, then
-  :func:`~spark_differential.view_loop.loop_update` called directly on Arrow tables): for
+  :func:`~spark_differential.incremental.loop.loop_update` called directly on Arrow tables): for
   random changing graphs split at random into successive updates (integer and
   product-order times, multi-element frontiers), the changes every update returned add up
   to the one-shot loop's answer over all the inputs, row for row (and to the oracle's);
@@ -32,10 +32,11 @@ from pyspark.sql import functions as F
 from test_incremental import expected, run_view, schedule, stage_of, toggling_edges
 
 import spark_differential as sd
-from spark_differential import lattice as L
-from spark_differential import local_loop, view_loop
-from spark_differential.collection import inspect
+from spark_differential.core import lattice as L
+from spark_differential.core.collection import inspect
 from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental import loop as view_loop
+from spark_differential.intask import loop as local_loop
 
 P2 = Product([Total(), Total()])
 LATS = {"int": (Total(), L.Total()), "product2": (P2, L.Product((("a", L.Total()), ("b", L.Total()))))}
@@ -355,7 +356,7 @@ def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
     """Counts, not timings: an update of a BFS view is one job running the loop in one task (its
     changes and stored traces read by that task, the loop's change and new traces written), then
     the version's last write: one shuffle consolidating the output, one job writing it."""
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     schema = "src long, dst long, time long, diff long"
     view = sd.incremental(str(tmp_path / "v"), bfs_view)

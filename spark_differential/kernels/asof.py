@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._lazy import lazy
-from . import duck, native
-from .common import D, csv, keys, names
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck, native
+from spark_differential.kernels.common import D, csv, keys, names
 
 np = lazy("numpy")
 pa = lazy("pyarrow")

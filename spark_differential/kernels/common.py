@@ -3,7 +3,7 @@
 Inside a kernel every column has a positional internal name, so SQL never meets a
 user identifier:  ``_k<i>`` key columns, ``_a<i>`` / ``_b<i>`` data columns of the
 first / second input, ``_o<i>`` output columns of a reduction, ``_t<i>`` the time's
-int64 leaves (see :mod:`spark_differential.lattice`), ``_n<i>`` a "next time",
+int64 leaves (see :mod:`spark_differential.core.lattice`), ``_n<i>`` a "next time",
 ``_d`` the diff and ``_new`` the flag that marks an update as new in this
 iteration (``False`` for updates already in an operator's trace).  Also
 :func:`over_partition`, how a kernel runs once per partition under ``mapInArrow``.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from .._lazy import lazy
+from spark_differential.core.lazy import lazy
 
 pa = lazy("pyarrow")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._lazy import lazy
-from ..lattice import Leaves, TimeType
-from . import duck
-from .common import csv, names, times
+from spark_differential.core.lattice import Leaves, TimeType
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck
+from spark_differential.kernels.common import csv, names, times
 
 pa = lazy("pyarrow")
 

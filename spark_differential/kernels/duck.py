@@ -19,7 +19,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from .._lazy import lazy
+from spark_differential.core.lazy import lazy
 
 duckdb = lazy("duckdb")
 pa = lazy("pyarrow")

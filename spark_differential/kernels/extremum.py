@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from .common import NEW, keys, names, times
-from .order import dense_order, worth_counting
-from .stab import dense_ranks, exact_type, ids, sort_order
+from spark_differential.kernels.common import NEW, keys, names, times
+from spark_differential.kernels.order import dense_order, worth_counting
+from spark_differential.kernels.stab import dense_ranks, exact_type, ids, sort_order
 
 _NONE = np.iinfo(np.int64).max  # an empty tree node: no live row
 
@@ -479,7 +479,7 @@ def min_max_traced(nkeys: int, largest: bool, out_type: pa.DataType, new: pa.Tab
     (the min was 5, then 3 at time 2; a 4 at time 1 makes it 4 from time 1, and the
     change at time 2 is then from 4 to 3 instead of from 5 to 3)
     """
-    from .native import KeySorted, Radix
+    from spark_differential.kernels.native import KeySorted, Radix
 
     k = keys(nkeys)
     if not key or tuple(key) != tuple(k) or "_t0" not in new.column_names or "_t1" in new.column_names:

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from .native import KeySorted, Radix, _int_values, key_sorted
+from spark_differential.kernels.native import KeySorted, Radix, _int_values, key_sorted
 
 _OPEN = np.iinfo(np.int64).max  # a segment that no later update ends
 
@@ -81,7 +81,7 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
     >>> list(zip(f.seg_start.tolist(), f.seg_end.tolist(), f.seg_count.tolist()))
     [(0, 5, 1), (2, 9223372036854775807, 1)]
     """
-    from .stab import dense_ranks, ids, sort_order
+    from spark_differential.kernels.stab import dense_ranks, ids, sort_order
 
     key = tuple(key)
     if isinstance(table, KeySorted):
@@ -221,7 +221,7 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
 
     (edge 1→7 lives on ``[0, 5)``; the value 3 on ``[2, 4)``: the pair on ``[2, 4)``)
     """
-    from .stab import exact_type, ids, sort_order
+    from spark_differential.kernels.stab import exact_type, ids, sort_order
 
     if not all(exact_type(new.schema.field(c).type) for c in new_data):
         return None  # groups of new updates by data need plain value equality

@@ -18,8 +18,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from .._lazy import lazy
-from ..lattice import Leaves, TimeType, lub_closure, topological
+from spark_differential.core.lattice import Leaves, TimeType, lub_closure, topological
+from spark_differential.core.lazy import lazy
 
 np = lazy("numpy")
 

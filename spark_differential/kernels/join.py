@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._lazy import lazy
-from ..lattice import TimeType
-from . import duck, native
-from .common import NEW, csv, key_eq, keys, names, times
-from .stab import numbered, stab, stab_numbered
+from spark_differential.core.lattice import TimeType
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck, native
+from spark_differential.kernels.common import NEW, csv, key_eq, keys, names, times
+from spark_differential.kernels.stab import numbered, stab, stab_numbered
 
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
@@ -195,7 +195,7 @@ def blip_join(p: JoinParams, blips: pa.Table, other: pa.Table, blip_side: str = 
 
 def _blip_side(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> str | None:
     """Which input (if any) is a pure blip stream, so that the other alone is arranged."""
-    from ..lattice import AltNeu
+    from spark_differential.core.lattice import AltNeu
 
     if has_old or not isinstance(p.ttype, AltNeu) or not p.ttype.is_total():
         return None

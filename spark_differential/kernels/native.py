@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .._lazy import lazy
-from . import duck
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -151,7 +151,7 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
                 return table.filter(pc.is_in(packed[0], value_set=pc.unique(packed[1])))
             distinct = keys.select(cols).group_by(cols, use_threads=False).aggregate([])
             return table.join(distinct, cols, join_type="left semi", use_threads=False).select(table.column_names)
-    from .common import key_eq
+    from spark_differential.kernels.common import key_eq
 
     sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {duck.cols(cols)} FROM $K) AS n ON {key_eq([duck.quote(c) for c in cols], 'x', 'n')}"
     return duck.query(sql, {"X": table, "K": keys.select(cols)})
@@ -314,8 +314,8 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     int64 arrays of its rows."""
     import numpy as np
 
-    from .order import sorted_sums
-    from .stab import sort_packed
+    from spark_differential.kernels.order import sorted_sums
+    from spark_differential.kernels.stab import sort_packed
 
     key = list(key)
     then = [c for c in then if c not in key and c != diff]

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._lazy import lazy
-from .common import NEW, keys, times
-from .stab import consolidated_by_key, ids
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels.common import NEW, keys, times
+from spark_differential.kernels.stab import consolidated_by_key, ids
 
 np = lazy("numpy")
 pa = lazy("pyarrow")

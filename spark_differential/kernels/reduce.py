@@ -20,12 +20,12 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._lazy import lazy
-from ..errors import OutputSchemaError, UserFunctionError
-from ..lattice import TimeType
-from . import duck, generic, native
-from .common import NEW, csv, keys, names, nexts, times, window
-from .stab import stab
+from spark_differential.core.lattice import TimeType
+from spark_differential.core.lazy import lazy
+from spark_differential.errors import OutputSchemaError, UserFunctionError
+from spark_differential.kernels import duck, generic, native
+from spark_differential.kernels.common import NEW, csv, keys, names, nexts, times, window
+from spark_differential.kernels.stab import stab
 
 np = lazy("numpy")
 pa = lazy("pyarrow")

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._lazy import lazy
-from . import duck
-from .common import csv, key_eq, keys, times
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck
+from spark_differential.kernels.common import csv, key_eq, keys, times
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -208,7 +208,7 @@ def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width
     cols = [did, *[T.column(c).to_numpy() for c in times(width)]]
     n_did = int(did.max()) + 1 if n else 0
     if width == 1 and n >= 1024 and n_did <= 4 * n + 1024:  # dense (key, data) ids: count, then sort each id's times
-        from .order import grouped_order
+        from spark_differential.kernels.order import grouped_order
 
         key, order = None, grouped_order(did, n_did, cols[1])
     else:
@@ -379,7 +379,7 @@ def stab_numbered(pk: pa.Table, qk: pa.Table, nkeys: int, width: int, *, strict:
 def _dense_order(ids_: np.ndarray, rank: np.ndarray, nranks: int) -> np.ndarray | None:
     """Rows in ``(ids_, rank)`` order by counting (both dense ids), or ``None`` where a
     comparison sort is the faster way."""
-    from .order import dense_order, worth_counting
+    from spark_differential.kernels.order import dense_order, worth_counting
 
     if len(ids_) == 0:
         return None

@@ -11,7 +11,7 @@ Both are sums over rows of the *positive part* ``pos(m) = max(m, 0)``:
 So the key's output at ``s`` is a function of three *totals* ``(cnt, sum, nn)``, each an
 accumulation (a sum over times ``t <= s``) of per-key changes ``(_cn, _cs, _cnn)`` at
 times ``t``.  An incremental view keeps, per count/sum operator, two traces
-(:mod:`spark_differential.traces`): the operator's input rows (so that the positive part
+(:mod:`spark_differential.incremental.traced`): the operator's input rows (so that the positive part
 of a row can be recomputed when the row changes) and the **totals**: ``(key, time, _cn,
 _cs, _cnn)`` rows, advanced to the frontier and consolidated (one row per key and
 distinct advanced time; for totally ordered times one row per key).  An update's kernel
@@ -46,7 +46,7 @@ histories at every time in the future of ``F``, and the new updates lie there.
    supported on the future of ``F``: it is the unique such collection, the true one.
 
 The kernels (:func:`totals`) are plain functions over Arrow tables, run per partition by
-:func:`spark_differential.execution.run_bucketed`: DuckDB for totally ordered times,
+:func:`spark_differential.engine.distributed.run_bucketed`: DuckDB for totally ordered times,
 :mod:`.generic` (lub closure) for product-ordered ones.  Integer and decimal values only:
 floating-point sums are not associative, so a ``dd_sum`` over a float column keeps the
 rows trace of the whole key instead (see ``traces.Run``).
@@ -58,10 +58,10 @@ from collections import Counter, defaultdict
 from collections.abc import Hashable
 from typing import Any
 
-from .._lazy import lazy
-from . import duck, generic, native
-from .common import NEW, D, csv, keys, names, times, window
-from .reduce import ReduceParams
+from spark_differential.core.lazy import lazy
+from spark_differential.kernels import duck, generic, native
+from spark_differential.kernels.common import NEW, D, csv, keys, names, times, window
+from spark_differential.kernels.reduce import ReduceParams
 
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
@@ -90,7 +90,7 @@ def changes_total(p: ReduceParams, rows: pa.Table) -> pa.Table:
     rows make (``_cn, _cs, _cnn``), from the new rows and the old rows of the same ``(k, d)``.
 
     >>> import pyarrow as pa
-    >>> from spark_differential.lattice import Total
+    >>> from spark_differential.core.lattice import Total
     >>> p = ReduceParams(nkeys=1, ndata=1, ttype=Total(), agg="count", out_types=(pa.int64(),))
     >>> old = {"_k0": [1, 1], "_a0": [5, 6], "_t0": [0, 0], "_d": [1, -1], "_new": [False, False]}
     >>> new = {"_k0": [1, 1], "_a0": [5, 6], "_t0": [2, 3], "_d": [1, 1], "_new": [True, True]}

@@ -15,9 +15,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import DIFF, TIME, as_columns, checked, inspect, qcol, qcols, require_columns
-from ..errors import SchemaMismatchError
-from ..execution import bucket_of, buckets, key_hash, shuffle_partitions
+from spark_differential.core.collection import DIFF, TIME, as_columns, checked, inspect, qcol, qcols, require_columns
+from spark_differential.engine.distributed import bucket_of, buckets, key_hash, shuffle_partitions
+from spark_differential.errors import SchemaMismatchError
 
 
 def dd_arrange(df: DataFrame, by: str | Sequence[str], storage: StorageLevel | None = None) -> DataFrame:

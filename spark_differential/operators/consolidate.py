@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import (
+from spark_differential.core.collection import (
     DIFF,
     TIME,
     checked,
@@ -25,12 +25,12 @@ from ..collection import (
     qcols,
     time_leaf_names,
 )
-from ..errors import FrontierError, SchemaMismatchError
-from ..execution import Input, execute, kernel_fields
-from ..kernels import consolidate as kcons
-from ..kernels.common import names
-from ..lattice import Antichain, Loop
-from ..scope import Entry
+from spark_differential.core.lattice import Antichain, Loop
+from spark_differential.core.scope import Entry
+from spark_differential.engine.distributed import Input, execute, kernel_fields
+from spark_differential.errors import FrontierError, SchemaMismatchError
+from spark_differential.kernels import consolidate as kcons
+from spark_differential.kernels.common import names
 
 METHODS = ("auto", "spark", "kernel")
 

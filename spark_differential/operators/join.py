@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..collection import as_columns, inspect, quoted, require_columns
-from ..errors import SchemaMismatchError
-from ..execution import Input, entry_time, execute, kernel_fields, key_casts
-from ..kernels import join as kjoin
-from ..kernels.common import keys, names
-from ..scope import unify
+from spark_differential.core.collection import as_columns, inspect, quoted, require_columns
+from spark_differential.core.scope import unify
+from spark_differential.engine.distributed import Input, entry_time, execute, kernel_fields, key_casts
+from spark_differential.errors import SchemaMismatchError
+from spark_differential.kernels import join as kjoin
+from spark_differential.kernels.common import keys, names
 
 
 def _not_null(df: DataFrame, on: Sequence[str]) -> DataFrame:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..collection import (
+from spark_differential.core.collection import (
     DIFF,
     TIME,
     checked,
@@ -28,8 +28,8 @@ from ..collection import (
     quoted,
     sql_zero,
 )
-from ..errors import SchemaMismatchError
-from ..scope import unify
+from spark_differential.core.scope import unify
+from spark_differential.errors import SchemaMismatchError
 
 
 def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
@@ -97,7 +97,7 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
                 )
     target, _, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
     if any(e.in_loop for e in entries):
-        from ..iterate import concat_in_loop, recording
+        from spark_differential.loop.iterate import concat_in_loop, recording
 
         out = concat_in_loop(op, dfs, schemas, entries, target)
         if recording():  # a placeholder of the in-task recorder, whose loop consolidates every step's input

@@ -16,13 +16,13 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from .._lazy import lazy
-from ..collection import as_columns, inspect, qcols, require_columns
-from ..errors import SchemaMismatchError
-from ..execution import Input, entry_time, execute, kernel_fields
-from ..kernels import reduce as kreduce
-from ..kernels.common import keys, names
-from ..scope import unify
+from spark_differential.core.collection import as_columns, inspect, qcols, require_columns
+from spark_differential.core.lazy import lazy
+from spark_differential.core.scope import unify
+from spark_differential.engine.distributed import Input, entry_time, execute, kernel_fields
+from spark_differential.errors import SchemaMismatchError
+from spark_differential.kernels import reduce as kreduce
+from spark_differential.kernels.common import keys, names
 
 pd = lazy("pandas")
 

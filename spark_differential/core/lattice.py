@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._lazy import lazy
-from .errors import FrontierError, ReservedNameError, TimeTypeError
+from spark_differential.core.lazy import lazy
+from spark_differential.errors import FrontierError, ReservedNameError, TimeTypeError
 
 np = lazy("numpy")
 

@@ -73,19 +73,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ._history import note as _note_history
-from ._lazy import lazy
-from ._planning import without_origin_tracking
-from .calculus import asof_join_history
-from .collection import DIFF, collection, quoted
-from .errors import SqlError
-from .execution import run_pair_sql
-from .kernels import asof as _kasof
-from .kernels.common import NEW as _KNEW
-from .kernels.common import D as _KD
-from .kernels.common import keys as _kkeys
-from .kernels.common import names as _knames
-from .kernels.common import times as _ktimes
+from spark_differential.core.collection import DIFF, collection, quoted
+from spark_differential.core.history import note as _note_history
+from spark_differential.core.lazy import lazy
+from spark_differential.core.planning import without_origin_tracking
+from spark_differential.engine.distributed import run_pair_sql
+from spark_differential.errors import SqlError
+from spark_differential.kernels import asof as _kasof
+from spark_differential.kernels.common import NEW as _KNEW
+from spark_differential.kernels.common import D as _KD
+from spark_differential.kernels.common import keys as _kkeys
+from spark_differential.kernels.common import names as _knames
+from spark_differential.kernels.common import times as _ktimes
+from spark_differential.operators.calculus import asof_join_history
 
 # sqlglot is imported on the first sd.sql call, not with the package
 sqlglot = lazy("sqlglot")

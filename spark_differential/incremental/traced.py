@@ -4,7 +4,7 @@ On ``(data, time, diff)``: a view in stage 2 calls its query on the **new update
 only** (changes in, changes out: linear steps map changes to changes).  Every
 stateful operator the query calls (``dd_join``, ``dd_semijoin``, ``dd_antijoin``
 and the reductions: everything that runs a kernel through
-:func:`spark_differential.execution.execute`) is intercepted here and identified
+:func:`spark_differential.engine.distributed.execute`) is intercepted here and identified
 by its position in the query's calls, its name and the schemas of its inputs in
 kernel form.  Each of its inputs has a **trace**: every update the input ever
 received, in kernel form (bucket, keys, data, time leaves, ``_d``; the key hash is
@@ -41,7 +41,7 @@ per region whose every update touches all regions reads the changed rows and one
 total per region, not every row of every region.
 
 A top-level ``dd_iterate`` is one operator here, whose traces are per iteration
-(:mod:`spark_differential.view_loop`).  A query whose output depends on history
+(:mod:`spark_differential.incremental.loop`).  A query whose output depends on history
 (``differentiate``, ``dd_delay``, ``dd_asof_join``), a ``dd_iterate`` whose body
 cannot run inside one task, or an operator working over another time type
 than the view's inputs cannot be kept this way: :func:`probe` finds that out on
@@ -60,8 +60,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .errors import IncrementalStateError
-from .execution import (
+from spark_differential.core.lattice import Leaves, TimeType
+from spark_differential.core.scope import Entry
+from spark_differential.engine.distributed import (
     BUCKET,
     KEY_HASH,
     Input,
@@ -73,10 +74,9 @@ from .execution import (
     run_bucketed,
     time_fields,
 )
-from .kernels import totals as ktotals
-from .kernels.common import NEW, D, keys, names, times
-from .lattice import Leaves, TimeType
-from .scope import Entry
+from spark_differential.errors import IncrementalStateError
+from spark_differential.kernels import totals as ktotals
+from spark_differential.kernels.common import NEW, D, keys, names, times
 
 _RUN: ContextVar[Run | None] = ContextVar("spark_differential_view_run", default=None)
 
@@ -172,7 +172,7 @@ class Run:
     frontier: Sequence[Leaves] = ()  # the update's new frontier (a loop's task advances its traces to it)
     # write_wide(subdirectory, rows tagged by KIND) -> the files written, by tag (a loop's one write)
     write_wide: Callable[[str, DataFrame], dict[str, str]] | None = None
-    # the traces of loops (spark_differential.view_loop) rewritten whole by this update: tag -> files
+    # the traces of loops (spark_differential.incremental.loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
     loop_recording: int = 0  # > 0 while a dd_iterate body is recorded (its operators go to the recorder)
     # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
@@ -181,7 +181,7 @@ class Run:
     def takes(self, entries: Sequence[Entry]) -> bool:
         """Whether this run handles an operator with these inputs (not one inside a ``dd_iterate`` body)."""
         if any(e.in_loop for e in entries):
-            if self.loop_recording:  # recorded into the loop's program (spark_differential.view_loop)
+            if self.loop_recording:  # recorded into the loop's program (spark_differential.incremental.loop)
                 return False
             if "dd_iterate" not in self.blockers:
                 self.blockers.append("dd_iterate")
@@ -191,8 +191,8 @@ class Run:
     def loop(self, df: DataFrame, cs: Any, body: Callable[[DataFrame], DataFrame],
              max_iterations: int | None) -> DataFrame:
         """A top-level ``dd_iterate`` of the query: kept by per-iteration traces, run inside one
-        task (:mod:`spark_differential.view_loop`)."""
-        from .view_loop import loop_in_view
+        task (:mod:`spark_differential.incremental.loop`)."""
+        from spark_differential.incremental.loop import loop_in_view
 
         return loop_in_view(self, df, cs, body, max_iterations)
 
@@ -385,14 +385,14 @@ def advanced_totals(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves
 
 def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
     """Stored trace rows (kernel form, no key hash) with their key hash ``_sd_h`` again: the
-    :func:`~spark_differential.execution.key_hash` of the columns ``hashed`` (kernel names),
-    as :func:`~spark_differential.execution.prepare` computed it."""
+    :func:`~spark_differential.engine.distributed.key_hash` of the columns ``hashed`` (kernel names),
+    as :func:`~spark_differential.engine.distributed.prepare` computed it."""
     return df.withColumn(KEY_HASH, key_hash([F.col(c) for c in hashed]))
 
 
 def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:
     """Whether a stateful operator is a count or an exact sum (kept by per-key totals)."""
-    from .kernels import reduce as kreduce
+    from spark_differential.kernels import reduce as kreduce
 
     return (kernel is kreduce.reduce and isinstance(params, kreduce.ReduceParams) and params.agg in ("count", "sum")
             and (params.agg == "count" or params.exact_sum))

@@ -18,7 +18,7 @@ arithmetic, comparisons, boolean logic, ``CASE``/``IF``, ``coalesce``, ``least``
 DuckDB's).  Anything else raises :class:`Untranslatable` with the reason, and the
 loop runs on the distributed path instead.  This reader is for classic sessions (a
 Spark Connect DataFrame has no analysed plan in this process);
-:mod:`spark_differential.translate_connect` reads a Connect client's plan into the
+:mod:`spark_differential.intask.translate_connect` reads a Connect client's plan into the
 same :class:`Relation` s.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .collection import TIME
+from spark_differential.core.collection import TIME
 
 LEAF = "_sd_t"
 LEAF_KEY = "spark_differential.leaf"
@@ -231,7 +231,7 @@ class Translator:
         self.ansi = ansi
         self._n = 0
         self.leaf_ids: dict[Any, str] = {}  # the expression id of a leaf's last column -> its name
-        # a pipeline's operator outputs (spark_differential.fused), read as leaves where a plan
+        # a pipeline's operator outputs (spark_differential.intask.pipeline), read as leaves where a plan
         # node equals one (the same subtree: its nodes, expressions and their ids), by hash code:
         # [(analysed plan, leaf name)] (the py4j walk only)
         self.node_plans: dict[int, list[tuple[Any, str]]] = {}
@@ -246,7 +246,7 @@ class Translator:
 
     def known_node(self, plan: Any, code: int, name: str) -> None:
         """Remember the analysed plan ``plan`` (hash code ``code``) of a pipeline's operator
-        output (:mod:`spark_differential.fused`) as the leaf ``name``: a plan node equal to
+        output (:mod:`spark_differential.intask.pipeline`) as the leaf ``name``: a plan node equal to
         it is that output (a side the analyser renumbered, as in a self-union, is not).  Read
         by the node-by-node reader (``use_json=False``); the JSON reader does not look for them
         (an unknown node there is :class:`Untranslatable`, never misread)."""

@@ -1,7 +1,7 @@
 """A ``dd_iterate`` loop run whole inside one Spark task.
 
 On ``(data, time, diff)`` this computes exactly what the distributed loop of
-:mod:`spark_differential.iterate` computes: at every outer time the fixed point of
+:mod:`spark_differential.loop.iterate` computes: at every outer time the fixed point of
 ``x = body(x)`` started from the roots, as updates at the outer times.  Only where
 the work happens differs.  A loop whose inputs are small pays Spark's scheduler
 once per iteration on the distributed path (a job or more each, whatever its
@@ -12,10 +12,10 @@ data); here the whole loop is one task of one job:
   parameters, which of its inputs vary with the loop and which come from outside)
   and returns a fresh placeholder; the linear steps between them (``select``,
   ``where``, ``withColumn``, unions) are read from the Spark plan and translated to
-  DuckDB SQL (:mod:`spark_differential.translate` on a classic session; on Spark
-  Connect :mod:`spark_differential.translate_connect` reads the client's plan, the
+  DuckDB SQL (:mod:`spark_differential.intask.translate` on a classic session; on Spark
+  Connect :mod:`spark_differential.intask.translate_connect` reads the client's plan, the
   placeholders being empty local relations known by their plan node).  Anything the translator or the
-  recorder does not cover raises :class:`~spark_differential.translate.Untranslatable`
+  recorder does not cover raises :class:`~spark_differential.intask.translate.Untranslatable`
   and the loop runs distributed, with one log line saying why.
 * **Running** (executor): the roots and every collection from outside the loop go
   to one task as one Arrow table (tagged by source); the task iterates the recorded
@@ -24,7 +24,7 @@ data); here the whole loop is one task of one job:
   updates and the trace rows of the keys they touch (``_new`` flags), exactly as the
   distributed path does, and outer collections enter at iteration 0 only.
 * Over a totally ordered time the task cuts the loop into **time chunks** itself
-  (the rule of :mod:`spark_differential.chunks`, planned from the rows at hand, with
+  (the rule of :mod:`spark_differential.engine.chunks`, planned from the rows at hand, with
   larger automatic chunks: ``chunks.LOCAL_FACTOR`` times the live rows, at least
   ``chunks.LOCAL_MIN_ROWS`` updates):
   chunked forms built in DuckDB, the chunk one more key of every operator, the
@@ -69,12 +69,20 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _conf
-from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
-from .lattice import Total
-from .session import is_connect
-from .translate import NoArrow, Relation, Translator, Untranslatable, evaluate, leaves, placeholder
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
+from spark_differential.core.lattice import Total
+from spark_differential.core.lazy import lazy
+from spark_differential.core.session import is_connect
+from spark_differential.intask.translate import (
+    NoArrow,
+    Relation,
+    Translator,
+    Untranslatable,
+    evaluate,
+    leaves,
+    placeholder,
+)
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -132,7 +140,7 @@ def default_rows(spark: Any) -> int:
 
 def rows_setting(spark: Any) -> int:
     """Input rows a loop may have to run inside one task (``0``: never)."""
-    from .errors import ConfigurationError
+    from spark_differential.errors import ConfigurationError
 
     default = default_rows(spark)
     try:
@@ -185,7 +193,7 @@ def thread_min_rows(spark: Any) -> int:
 def threads_setting(spark: Any) -> int:
     """Threads a loop inside one task may run its groups of time chunks on
     (``spark_differential.iterate.localThreads``, default :func:`default_threads`)."""
-    from .errors import ConfigurationError
+    from spark_differential.errors import ConfigurationError
 
     default = default_threads(spark)
     try:
@@ -282,11 +290,11 @@ class Program:
 def translator_for(spark: Any, tables: dict[str, tuple[str, Sequence[str]]], width: int,
                    use_json: bool = True) -> Translator:
     """The session's reader of linear steps into DuckDB SQL over ``tables``: on Spark
-    Connect the client's plan, read in this process (:mod:`spark_differential.translate_connect`),
+    Connect the client's plan, read in this process (:mod:`spark_differential.intask.translate_connect`),
     else the analysed plan (``use_json``: in one py4j round trip, as Spark's JSON)."""
     ansi = str(_conf.get(spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
     if is_connect(spark):
-        from .translate_connect import ConnectTranslator
+        from spark_differential.intask.translate_connect import ConnectTranslator
 
         return ConnectTranslator(spark, tables, width, ansi=ansi)
     return Translator(spark._jvm, tables, width, ansi=ansi, use_json=use_json)
@@ -302,7 +310,7 @@ class KernelSchemas:
     def _schema(self, fields: Sequence[Any]) -> pa.Schema:
         from pyspark.sql import types as T
 
-        from .execution import arrow_schema, large_var_types
+        from spark_differential.engine.distributed import arrow_schema, large_var_types
 
         if self._large is None:  # the session's setting, asked once per recording
             self._large = large_var_types(self.spark)
@@ -312,8 +320,8 @@ class KernelSchemas:
         """A step input's kernel columns: keys, data, time leaves, diff, ``_new``."""
         from pyspark.sql import types as T
 
-        from .execution import kernel_fields, time_fields
-        from .kernels.common import NEW
+        from spark_differential.engine.distributed import kernel_fields, time_fields
+        from spark_differential.kernels.common import NEW
 
         return self._schema([*kernel_fields(inp), *time_fields(kernel_type), T.StructField(NEW, T.BooleanType())])
 
@@ -371,11 +379,11 @@ class Recorder(KernelSchemas):
         out_columns: Sequence[tuple[str, str]],
         kernel_type: Any,
     ) -> Any:
-        from .execution import time_fields
-        from .iterate import _keeps_trace
-        from .kernels.common import keys, names
-        from .kernels.join import JoinParams
-        from .kernels.reduce import ReduceParams, ThresholdParams
+        from spark_differential.engine.distributed import time_fields
+        from spark_differential.kernels.common import keys, names
+        from spark_differential.kernels.join import JoinParams
+        from spark_differential.kernels.reduce import ReduceParams, ThresholdParams
+        from spark_differential.loop.iterate import _keeps_trace
 
         T = self.T
         if kernel_type != self.loop_t.inner:
@@ -436,7 +444,7 @@ class Recorder(KernelSchemas):
         sources = tuple(
             (*scs.data_cols, *leaves(self.width), DIFF) for _, scs in self.sources
         )
-        from .chunks import rows_setting
+        from spark_differential.engine.chunks import rows_setting
 
         chunk_rows = rows_setting(self.spark) if isinstance(cs.ttype, Total) else 0
         return Program(tuple(self.steps), output, tuple(data), self.width, roots, sources, max_iterations, limit,
@@ -448,7 +456,7 @@ class Recorder(KernelSchemas):
 
 
 def _consolidate(table: pa.Table, cols: Sequence[str], diff: str = DIFF) -> pa.Table:
-    from .kernels import native
+    from spark_differential.kernels import native
 
     if table.num_rows == 0:
         return table
@@ -456,7 +464,7 @@ def _consolidate(table: pa.Table, cols: Sequence[str], diff: str = DIFF) -> pa.T
 
 
 def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
-    from .kernels import duck
+    from spark_differential.kernels import duck
 
     if rel.picks is not None:  # columns of one table, renamed: no query
         source, picked = rel.picks
@@ -473,7 +481,7 @@ def _relation(rel: Relation, tables: dict[str, pa.Table]) -> pa.Table:
 
 
 def _concat(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
-    from .kernels.common import conform
+    from spark_differential.kernels.common import conform
 
     parts = [conform(t, schema) for t in tables if t.num_rows]
     return pa.concat_tables(parts) if parts else schema.empty_table()
@@ -481,7 +489,7 @@ def _concat(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def _kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.Table:
     """User-named rows (data, time leaves, diff) as the kernel's columns."""
-    from .kernels.common import NEW, D, conform, keys, names, times
+    from spark_differential.kernels.common import NEW, D, conform, keys, names, times
 
     cols = [table.column(c) for c in (*inp.keys, *inp.data, *leaves(width), DIFF)]
     cols.append(pa.array(np.full(table.num_rows, new)))
@@ -494,7 +502,7 @@ def _kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.
 
 def _touching(trace: pa.Table, new: Sequence[pa.Table], key_cols: Sequence[str]) -> pa.Table:
     """Rows of ``trace`` whose key some row of ``new`` has."""
-    from .kernels import native
+    from spark_differential.kernels import native
 
     if trace.num_rows == 0 or not key_cols:
         return trace
@@ -537,8 +545,8 @@ class _Trace:
 
     def touching(self, new: Sequence[pa.Table]) -> pa.Table:
         """The trace's updates whose key some row of ``new`` has (all of them: no key)."""
-        from .kernels import native
-        from .kernels.common import conform
+        from spark_differential.kernels import native
+        from spark_differential.kernels.common import conform
 
         if not self.key:
             return self.table() if any(t.num_rows for t in new) else self.schema.empty_table()
@@ -561,7 +569,7 @@ class _Trace:
     def batch(self, new: pa.Table) -> Any:
         """``new``'s updates as the trace keeps a batch of them (``_new`` false; consolidated and
         sorted by key, a :class:`~spark_differential.kernels.native.KeySorted`, where the columns allow)."""
-        from .kernels.common import NEW
+        from spark_differential.kernels.common import NEW
 
         old = new.set_column(new.schema.get_field_index(NEW), NEW, pa.array(np.zeros(new.num_rows, dtype=bool)))
         return self._sorted(old)
@@ -587,8 +595,8 @@ class _Trace:
 
     def _sorted(self, table: pa.Table, runs: bool = False) -> Any:
         """``table`` as a batch of the trace; ``runs``: it is batches of the trace concatenated."""
-        from .kernels import native
-        from .kernels.common import conform
+        from spark_differential.kernels import native
+        from spark_differential.kernels.common import conform
 
         if self.key:
             # within a key in time order: what a reduction's sweep reads (kernels.extremum)
@@ -613,7 +621,7 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
     one row per key, time and value, none with a zero diff).  ``record`` (when given) is
     called with each input's index and the new updates it receives at this iteration
     (kernel columns, not consolidated; inputs receiving none are skipped)."""
-    from .kernels.common import conform
+    from spark_differential.kernels.common import conform
 
     news: list[pa.Table | None] = []
     olds: list[_Trace | None] = []
@@ -665,7 +673,7 @@ def _run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.
 
 def user_named(step: Stateful, out: pa.Table) -> pa.Table:
     """A step's kernel output (internal names) as the body sees it: user names, time leaves, diff."""
-    from .kernels.common import D, times
+    from spark_differential.kernels.common import D, times
 
     t = times(step.width)
     labels = {internal: user for internal, user in step.out_columns}
@@ -687,14 +695,14 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
     The step's output is kept between iterations (:attr:`_Trace.extremum`, an
     ``ExtremumCache`` made at the first iteration): most keys' changes then come from their
     kept output and the new updates, without reading their trace."""
-    from .kernels.reduce import ReduceParams
+    from spark_differential.kernels.reduce import ReduceParams
 
     p = step.params
     if not (isinstance(p, ReduceParams) and p.agg in ("min", "max") and p.ndata == 1 and p.ttype.is_total()
             and step.width == 1 and len(news) == 1 and news[0] is not None and olds[0] is not None):
         return None
-    from .kernels import extremum
-    from .kernels.native import KeySorted
+    from spark_differential.kernels import extremum
+    from spark_differential.kernels.native import KeySorted
 
     trace = olds[0]
     if trace.extremum is None and not trace.batches:
@@ -715,8 +723,8 @@ def _fixed_join(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[
     updates all in its trace, none new: BFS's edges), by
     :func:`spark_differential.kernels.fixed_join.join_fixed` against the trace prepared once;
     ``None`` where that does not apply (the step then reads its trace and calls its kernel)."""
-    from .kernels.common import keys, names, times
-    from .kernels.join import JoinParams
+    from spark_differential.kernels.common import keys, names, times
+    from spark_differential.kernels.join import JoinParams
 
     p = step.params
     if not (isinstance(p, JoinParams) and p.mode == "join" and p.ttype.is_total() and step.width == 1
@@ -730,7 +738,7 @@ def _fixed_join(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[
     assert new is not None and trace is not None
     if not trace.batches or trace.fixed is False:
         return None
-    from .kernels import fixed_join
+    from spark_differential.kernels import fixed_join
 
     inp_new, inp_fixed = step.inputs[loop[0]], step.inputs[fixed[0]]
     if trace.fixed is None:
@@ -742,7 +750,7 @@ def _fixed_join(step: Stateful, news: Sequence[pa.Table | None], olds: Sequence[
     out = fixed_join.join_fixed(trace.fixed, new, names(inp_new.prefix, len(inp_new.data)), out_cols)
     if out is None or not p.consolidate:
         return out
-    from .kernels.join import consolidated
+    from spark_differential.kernels.join import consolidated
 
     return consolidated([out], out_cols[:-1])
 
@@ -771,13 +779,13 @@ def _zones_like(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
-    """Time chunks for the loop (as :func:`spark_differential.chunks.plan`, from the rows at hand;
+    """Time chunks for the loop (as :func:`spark_differential.engine.chunks.plan`, from the rows at hand;
     automatic chunks hold ``chunks.LOCAL_FACTOR`` times the live rows, at least
     ``chunks.LOCAL_MIN_ROWS`` updates: larger than the distributed loop's)."""
     import pyarrow.compute as pc
 
-    from .chunks import LOCAL_FACTOR, LOCAL_MIN_ROWS, layout
-    from .kernels import duck, native
+    from spark_differential.engine.chunks import LOCAL_FACTOR, LOCAL_MIN_ROWS, layout
+    from spark_differential.kernels import duck, native
 
     if program.chunk_rows == 0 or program.width != 1:
         return None
@@ -810,9 +818,9 @@ def _plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | No
 
 def _chunked(table: pa.Table, cols: Sequence[str], ch: Chunking) -> pa.Table:
     """The chunked form of a source: its updates, and at every chunk's start the source
-    accumulated before it (:mod:`spark_differential.chunks`)."""
-    from .kernels import duck
-    from .kernels.common import conform, window
+    accumulated before it (:mod:`spark_differential.engine.chunks`)."""
+    from spark_differential.kernels import duck
+    from spark_differential.kernels.common import conform, window
 
     t = leaves(1)[0]
     data = [c for c in cols if c not in (t, DIFF)]
@@ -842,7 +850,7 @@ def _unchunked(result: pa.Table, data: Sequence[str], ch: Chunking,
     one sort consolidates the answer in ``(data, time)`` order, the retractions come from
     one pass over it (a chunk's rows of one data value are consecutive), and only the rows
     at the chunks' starts meet them; else DuckDB sums each chunk's rows."""
-    from .kernels import duck, native
+    from spark_differential.kernels import duck, native
 
     t = leaves(1)[0]
     cols = [*data, t, DIFF]
@@ -887,8 +895,8 @@ def _chunk_step(step: Stateful, ch: Chunking) -> Stateful:
     """``step`` with the chunk as one more key (joins, reductions) or data column (thresholds)."""
     import dataclasses
 
-    from .kernels.common import keys, names
-    from .kernels.reduce import ThresholdParams
+    from spark_differential.kernels.common import keys, names
+    from spark_differential.kernels.reduce import ThresholdParams
 
     p = step.params
     if isinstance(p, ThresholdParams):
@@ -939,7 +947,7 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
 
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
     loop; pieces yielded before then are not the loop's answer (there is none)."""
-    from .kernels.common import conform
+    from spark_differential.kernels.common import conform
 
     program = dataclasses.replace(program, steps=tuple(_unconsolidated(s) for s in program.steps))
     chunks = program.chunking
@@ -1022,7 +1030,7 @@ def _unconsolidated(step: Stateful | Concat) -> Stateful | Concat:
     """``step`` without the final consolidation of a join's output: inside the loop every
     consumer of a step's output consolidates it (kernels sum their input's rows, traces are
     kept consolidated, and so is each iteration's change of the loop variable)."""
-    from .kernels.join import JoinParams
+    from spark_differential.kernels.join import JoinParams
 
     if isinstance(step, Stateful) and isinstance(step.params, JoinParams) and step.params.mode == "join":
         return dataclasses.replace(step, params=dataclasses.replace(step.params, consolidate=False))
@@ -1059,8 +1067,8 @@ def _loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequenc
 
     ``record`` (when given) is called as ``record(step, input, iteration, rows)`` with the
     new updates every input of every stateful step (``steps[step]``) receives at every
-    iteration (:func:`_run_step`): what a view's loop stores (:mod:`spark_differential.view_loop`)."""
-    from .kernels.common import conform
+    iteration (:func:`_run_step`): what a view's loop stores (:mod:`spark_differential.incremental.loop`)."""
+    from spark_differential.kernels.common import conform
 
     cols = [*program.data, *leaves(program.width), DIFF]
     traces = {s.name: [_Trace(i.schema, s.key_cols) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
@@ -1264,13 +1272,13 @@ def _runs(result: pa.Table, data: Sequence[str], schema: pa.Schema) -> pa.Table:
     consecutive go in runs of their own: exploded, the rows are the same."""
     import pyarrow.compute as pc
 
-    from .kernels.common import conform
+    from spark_differential.kernels.common import conform
 
     n = result.num_rows
     start = np.zeros(n, dtype=bool)
     if n:
         start[0] = True
-    from .kernels.native import _int_values
+    from spark_differential.kernels.native import _int_values
 
     for c in data:
         col = result.column(c)
@@ -1360,7 +1368,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     one stage) instead of through a shuffle to one partition (two stages, the sources
     read in parallel: right when they are computed by a plan of their own).
 
-    ``spread`` (:class:`spark_differential.chunks.Chunks`): the sources go in chunked form
+    ``spread`` (:class:`spark_differential.engine.chunks.Chunks`): the sources go in chunked form
     to one task per partition, each running the loop over its chunks, and the answers
     are consolidated across chunks by Spark.
 
@@ -1368,10 +1376,10 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from .collection import quoted
-    from .errors import IterationLimitExceeded, from_job_failure
-    from .execution import arrow_schema
-    from .kernels.common import conform
+    from spark_differential.core.collection import quoted
+    from spark_differential.engine.distributed import arrow_schema
+    from spark_differential.errors import IterationLimitExceeded, from_job_failure
+    from spark_differential.kernels.common import conform
 
     spark = df.sparkSession
     ttype = cs.ttype
@@ -1392,7 +1400,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
     if spread is not None:
-        from .execution import shuffle_partitions
+        from spark_differential.engine.distributed import shuffle_partitions
 
         program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
         union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
@@ -1480,7 +1488,7 @@ def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = Fal
     (as iterate.py's on the distributed path, named for ``op``); ``part``: keep the column ``PART`` too."""
     from pyspark.sql import functions as F
 
-    from .collection import null_guard, null_guard_sql, qcol, quoted
+    from spark_differential.core.collection import null_guard, null_guard_sql, qcol, quoted
 
     sql_type = integral_sql(ttype)
     if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
@@ -1539,7 +1547,7 @@ def _spread_setting(spark: Any) -> bool:
     (time chunks planned on the driver, one task per partition).  Measured slower than one
     task at 10^5 BFS changes and than the distributed loop at 10^6 (docs/performance.md), so
     it is not chosen automatically."""
-    from .errors import ConfigurationError
+    from spark_differential.errors import ConfigurationError
 
     raw = str(_conf.get(spark, SPREAD_CONF, "off")).strip().lower()
     if raw not in ("off", "always"):
@@ -1550,7 +1558,7 @@ def _spread_setting(spark: Any) -> bool:
 def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> Any:
     """Time chunks planned on the driver (one aggregate job per source) to spread a loop too
     large for one task over one task per partition, or ``None`` (not chunkable)."""
-    from . import chunks as _chunks
+    from spark_differential.engine import chunks as _chunks
 
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None

@@ -24,14 +24,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import _conf
-from ._lazy import lazy
-from ._testing import fault_hook
-from .collection import DIFF, TIME, CollectionSchema, guard_expr, null_guard, qcol, quoted
-from .errors import SchemaMismatchError
-from .kernels.common import NEW, D, conform, keys, names, over_partition, times
-from .lattice import _INTEGRAL_KINDS, TimeType, Total
-from .scope import Entry
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, guard_expr, null_guard, qcol, quoted
+from spark_differential.core.faults import fault_hook
+from spark_differential.core.lattice import _INTEGRAL_KINDS, TimeType, Total
+from spark_differential.core.lazy import lazy
+from spark_differential.core.scope import Entry
+from spark_differential.errors import SchemaMismatchError
+from spark_differential.kernels.common import NEW, D, conform, keys, names, over_partition, times
 
 pa = lazy("pyarrow")
 
@@ -191,7 +191,7 @@ def prepare(inp: Input, nbuckets: int, nparts: int | None = None, op: str = "") 
 
     Also the null check of every kernel's input: a null ``time`` leaf or ``diff`` fails
     the job with :class:`~spark_differential.errors.NullValueError` naming ``op``
-    (:func:`spark_differential.collection.null_guard`; free where the schema says
+    (:func:`spark_differential.core.collection.null_guard`; free where the schema says
     the column cannot be null)."""
     hashed, cols = _kernel_columns(inp, op)
     khash = key_hash(hashed)
@@ -223,7 +223,7 @@ def _kernel_sql(inp: Input, op: str) -> list[str] | None:
     py4j round trip for the whole projection, where each Column costs a few), for an
     input whose time is its own integral ``time`` column (``time_col`` and ``new`` not
     given); ``None`` otherwise.  The same values and the same null checks
-    (:func:`~spark_differential.collection.guard_expr`: ``coalesce(x, raise_error(...),
+    (:func:`~spark_differential.core.collection.guard_expr`: ``coalesce(x, raise_error(...),
     0L)``, which Spark analyses faster than the Columns' ``CASE`` and declares
     non-nullable)."""
     tt = inp.time_type
@@ -522,17 +522,17 @@ def execute(
     kernel_type: TimeType,
 ) -> DataFrame:
     """Run a stateful operator: directly, through the enclosing ``dd_iterate``, or on an
-    incremental view's stored traces (:mod:`spark_differential.traces`)."""
-    from .traces import current
+    incremental view's stored traces (:mod:`spark_differential.incremental.traced`)."""
+    from spark_differential.incremental.traced import current
 
     view = current()
     if view is not None and view.takes(entries):
         return view.stateful(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
     if any(e.in_loop for e in entries):
-        from .iterate import stateful_in_loop
+        from spark_differential.loop.iterate import stateful_in_loop
 
         return stateful_in_loop(op, kernel, params, inputs, entries, out_fields, out_columns, kernel_type)
-    from . import fused
+    from spark_differential.intask import pipeline as fused
 
     recipe = fused.Recipe(op, kernel, params, inputs, out_fields, out_columns, kernel_type)
     one_task, keep = fused.attempt(recipe)
@@ -546,7 +546,7 @@ def execute(
 
 
 def _distributed(r: Any) -> DataFrame:
-    """A top-level stateful operator (a :class:`spark_differential.fused.Recipe`) as its own
+    """A top-level stateful operator (a :class:`spark_differential.intask.pipeline.Recipe`) as its own
     stage: the kernel per partition of its inputs placed by bucket."""
     op, kernel, params, inputs = r.op, r.kernel, r.params, r.inputs
     out_fields, out_columns, kernel_type = r.out_fields, r.out_columns, r.kernel_type

@@ -3,7 +3,7 @@
 On ``(data, time, diff)``.  Stage 2 calls a view's query on the *changes* of its
 inputs; a ``dd_iterate`` in it receives the changes of its roots and of the outer
 collections its body reads, and must return the change of its fixed point.  The loop
-is recorded as for the in-task path (:mod:`spark_differential.local_loop`: the body's
+is recorded as for the in-task path (:mod:`spark_differential.intask.loop`: the body's
 ``dd_*`` steps and the linear steps between them, translated) and run inside one
 Spark task against a stored state, the loop's **per-iteration traces**:
 
@@ -19,7 +19,7 @@ input was ``O_i`` and changes by ``D_i`` (its input relation over ``Δv_i``, or 
 of an outer collection, which is part of the step's input at every iteration) changes
 its output by ``F(O_i + D_i) - F(O_i)``: its kernel over ``D_i`` as new updates and the
 rows of ``O_i`` of the keys they touch as old ones, as every stateful operator of a view
-does with its trace (:mod:`spark_differential.traces`).  The linear steps are linear,
+does with its trace (:mod:`spark_differential.incremental.traced`).  The linear steps are linear,
 so the body's output relation over these changes is ``Δv_{i+1}``.  Past the last
 iteration ``M`` of the stored state ``O_i`` stays ``O_M`` (the old loop had reached its
 fixed point); once ``i + 1 >= M`` and ``Δv_{i+1} = Δv_i``, every later iteration sees the
@@ -55,9 +55,9 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema, integral_sql, quoted
-from .lattice import Leaves, TimeType
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, quoted
+from spark_differential.core.lattice import Leaves, TimeType
+from spark_differential.core.lazy import lazy
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -78,8 +78,8 @@ class Spec:
 
 def specs(program: Any) -> list[Spec]:
     """The stored traces of a recorded loop, in order: every input of every stateful step."""
-    from .kernels.common import NEW
-    from .local_loop import Stateful
+    from spark_differential.intask.loop import Stateful
+    from spark_differential.kernels.common import NEW
 
     out = []
     for s, step in enumerate(program.steps):
@@ -123,7 +123,7 @@ def _by_iteration(table: pa.Table) -> dict[int, pa.Table]:
 def _advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf_cols: Sequence[str],
               diff: str) -> pa.Table:
     """``table``'s time leaves advanced to ``frontier`` and its rows consolidated (seed 004)."""
-    from .local_loop import _consolidate
+    from spark_differential.intask.loop import _consolidate
 
     if table.num_rows == 0:
         return table
@@ -138,7 +138,7 @@ def _advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf
 def _early(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], width: int) -> Any:
     """Which rows of a loop source (time leaves ``leaves(width)``) are at times in the future of
     ``frontier`` (a numpy mask)."""
-    from .local_loop import leaves
+    from spark_differential.intask.loop import leaves
 
     mask = np.zeros(table.num_rows, dtype=bool)
     if table.num_rows and frontier:
@@ -162,8 +162,8 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     output at times in the future of ``t`` only), and until their time is complete the loop
     would see a collection no one-shot run sees (a retraction delivered before its insertion:
     a negative edge, over which a loop such as reachability need not reach a fixed point)."""
-    from .kernels.common import D, conform, times
-    from .local_loop import Stateful, _unconsolidated
+    from spark_differential.intask.loop import Stateful, _unconsolidated
+    from spark_differential.kernels.common import D, conform, times
 
     steps = [_unconsolidated(s) for s in program.steps]
     spec_list = specs(program)
@@ -192,7 +192,7 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
 
 def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
     """A step input's kernel rows (``_new`` dropped) as rows of its stored trace at iteration ``i``."""
-    from .kernels.common import NEW, D
+    from spark_differential.kernels.common import NEW, D
 
     rows = table.drop_columns([NEW]) if NEW in table.column_names else table
     rows = _negated(rows, D) if negate else rows
@@ -202,7 +202,7 @@ def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
 def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
            pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
     """A loop's update over an empty stored state (a view's first update), **semi-naively**: the
-    in-task loop (:func:`spark_differential.local_loop._loop`, no time chunks) over the changes,
+    in-task loop (:func:`spark_differential.intask.loop._loop`, no time chunks) over the changes,
     each iteration feeding its steps only the loop variable's change, and the new updates every
     stateful step input receives at iteration ``i`` kept as the new state's ``B'_i`` (in
     ``pieces``).  Returns the loop's fixed point over the changes (the change of the old one,
@@ -220,9 +220,9 @@ def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     point and :class:`~spark_differential.errors.IterationLimitExceeded` are the same (the state
     equal once consolidated); only the work differs: the sum over the iterations of the loop
     variable's changes instead of its whole values (iterations x state)."""
-    from .errors import IterationLimitExceeded
-    from .kernels.common import conform
-    from .local_loop import _consolidate, _loop
+    from spark_differential.errors import IterationLimitExceeded
+    from spark_differential.intask.loop import _consolidate, _loop
+    from spark_differential.kernels.common import conform
 
     def record(s: int, k: int, i: int, rows: pa.Table) -> None:
         pieces[(s, k)].append(_piece(rows, i))
@@ -240,9 +240,8 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     ``last`` its last iteration), as the module docstring says: each iteration's steps over the
     accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
     put in ``pieces``.  Returns the change of the loop's fixed point."""
-    from .errors import IterationLimitExceeded
-    from .kernels.common import NEW, conform
-    from .local_loop import (
+    from spark_differential.errors import IterationLimitExceeded
+    from spark_differential.intask.loop import (
         Stateful,
         _concat,
         _consolidate,
@@ -253,6 +252,7 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
         leaves,
         user_named,
     )
+    from spark_differential.kernels.common import NEW, conform
 
     width = program.width
     cols = [*program.data, *leaves(width), DIFF]
@@ -313,8 +313,8 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
 def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
     """``table``'s rows as rows of the task's one output (``schema``: the kind column, then every
     stored collection's physical columns; the others null)."""
-    from .kernels.common import conform
-    from .traces import KIND
+    from spark_differential.incremental.traced import KIND
+    from spark_differential.kernels.common import conform
 
     n = table.num_rows
     mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # traces.physical's names
@@ -333,7 +333,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
-        from .local_loop import SRC, _source_table, _tag
+        from spark_differential.intask.loop import SRC, _source_table, _tag
 
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None
@@ -369,13 +369,13 @@ def _spark_schema(schema: pa.Schema) -> Any:
 def record(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], max_iterations: int | None,
            run: Any = None) -> tuple[Any, list[Any]]:
     """``df.dd_iterate(body)`` recorded as for the in-task path (no Spark job): its
-    :class:`~spark_differential.local_loop.Program`, in one task and without time chunks, and its
-    sources (the roots first).  Raises :class:`~spark_differential.translate.Untranslatable` for
+    :class:`~spark_differential.intask.loop.Program`, in one task and without time chunks, and its
+    sources (the roots first).  Raises :class:`~spark_differential.intask.translate.Untranslatable` for
     a body the in-task path cannot run.  ``run``: the view's update calling it (the body's
     operators then go to the recorder, not to the view)."""
-    from . import iterate as _it
-    from . import local_loop
-    from .lattice import Loop
+    from spark_differential.core.lattice import Loop
+    from spark_differential.intask import loop as local_loop
+    from spark_differential.loop import iterate as _it
 
     loop_t = Loop(cs.ttype, next(_it._LOOP_IDS))
     ctx = _it.LoopContext(loop_t, df.sparkSession, None)
@@ -396,17 +396,17 @@ def record(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], max_iterat
 
 def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], Any],
                  max_iterations: int | None) -> Any:
-    """``df.dd_iterate(body)`` in a view's query (``run``: the :class:`~spark_differential.traces.Run`
+    """``df.dd_iterate(body)`` in a view's query (``run``: the :class:`~spark_differential.incremental.traced.Run`
     of this update, or its probe): the change of the loop's fixed point, its traces read from and
     written to the view's version (the module docstring)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from . import local_loop
-    from .errors import IncrementalStateError
-    from .execution import arrow_schema
-    from .traces import KIND, Operator, physical, tag
-    from .translate import Untranslatable
+    from spark_differential.engine.distributed import arrow_schema
+    from spark_differential.errors import IncrementalStateError
+    from spark_differential.incremental.traced import KIND, Operator, physical, tag
+    from spark_differential.intask import loop as local_loop
+    from spark_differential.intask.translate import Untranslatable
 
     spark = df.sparkSession
     data = list(cs.data_cols)

@@ -6,7 +6,7 @@ jobs" is the first thing to look at when a small query is slow.  :func:`count_jo
 runs a block of code under a fresh, unique job group and afterwards asks the
 SparkContext's status tracker which jobs that group ran::
 
-    from spark_differential._jobs import count_jobs
+    from spark_differential.core.jobs import count_jobs
 
     with count_jobs(spark) as jobs:
         df.dd_count("k").collect()
@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import SparkDifferentialError
+from spark_differential.errors import SparkDifferentialError
 
 __all__ = ["JobCount", "JobCountError", "RoundTrips", "count_jobs", "count_round_trips"]
 

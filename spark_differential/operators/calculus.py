@@ -33,8 +33,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ._history import note as _note_history
-from .collection import (
+from spark_differential.core.collection import (
     DIFF,
     RESERVED_PREFIX,
     TIME,
@@ -55,13 +54,14 @@ from .collection import (
     require_columns,
     upsert_log,
 )
-from .errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
-from .execution import Input, execute, finish, kernel_fields, key_casts, run, time_fields
-from .kernels import asof as kasof
-from .kernels import join as kjoin
-from .kernels.common import keys, names
-from .lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop, Total
-from .scope import unify
+from spark_differential.core.history import note as _note_history
+from spark_differential.core.lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop, Total
+from spark_differential.core.scope import unify
+from spark_differential.engine.distributed import Input, execute, finish, kernel_fields, key_casts, run, time_fields
+from spark_differential.errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
+from spark_differential.kernels import asof as kasof
+from spark_differential.kernels import join as kjoin
+from spark_differential.kernels.common import keys, names
 
 
 def _altneu(col: object, neu: bool) -> object:
@@ -403,8 +403,8 @@ def _asof_calculus(
 ) -> DataFrame:
     d_orders = differentiate(orders)
     p = dd_delay(prices) if strict else prices
-    from .operators.join import dd_antijoin, dd_join
-    from .operators.reduce import dd_distinct
+    from spark_differential.operators.join import dd_antijoin, dd_join
+    from spark_differential.operators.reduce import dd_distinct
 
     matched = integrate(dd_join(d_orders, p, keys_))
     if how == "inner":

@@ -15,7 +15,7 @@ session (explicitly, or from the Spark configuration it started with), else ``de
 without a default, a key not set is asked from the server (its registered default).
 
 >>> import spark_differential as sd
->>> from spark_differential import _conf
+>>> from spark_differential.core import settings as _conf
 >>> spark = sd.session()
 >>> with _conf.snapshot(spark):
 ...     _conf.get(spark, "spark.sql.shuffle.partitions") == spark.conf.get("spark.sql.shuffle.partitions")

@@ -38,8 +38,18 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .collection import DIFF, TIME, checked, consolidate_spark, inspect, null_guard, qcol, qcols
-from .errors import (
+from spark_differential.core.collection import (
+    DIFF,
+    TIME,
+    checked,
+    consolidate_spark,
+    inspect,
+    null_guard,
+    qcol,
+    qcols,
+)
+from spark_differential.core.lattice import RESERVED_PREFIX, TimeType, Total, from_spark_type
+from spark_differential.errors import (
     DiffTypeError,
     MissingColumnError,
     ReservedNameError,
@@ -47,7 +57,6 @@ from .errors import (
     TimeTypeError,
     TimeTypeMismatchError,
 )
-from .lattice import RESERVED_PREFIX, TimeType, Total, from_spark_type
 
 _INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
 

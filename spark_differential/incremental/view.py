@@ -13,13 +13,13 @@ in the future of the last ``T``, row for row.
 A view runs in one of two **stages**, fixed when it is created (stored in its
 manifest):
 
-* **Stage 2** (per-operator traces, :mod:`spark_differential.traces`): the query is
+* **Stage 2** (per-operator traces, :mod:`spark_differential.incremental.traced`): the query is
   called on the *new updates only*; each stateful operator (joins, reductions) keeps
   a trace of each of its inputs under ``path`` and hands its kernel the new updates
   plus the trace rows of the keys they touch, so an update's kernels work on the size
   of the changes.  A top-level ``dd_iterate`` keeps per-iteration traces of the
   operators of its body and runs inside one task on the changes of its inputs
-  (:mod:`spark_differential.view_loop`).  Chosen when the query's operators allow it
+  (:mod:`spark_differential.incremental.loop`).  Chosen when the query's operators allow it
   (seen by calling the query once on empty inputs at the first update).
 * **Stage 1** (stored inputs): the query is re-run on the stored (compacted) inputs
   plus the new updates at every update, and the output already returned is
@@ -52,7 +52,7 @@ stage-2 version is one write per stateful operator (its new input updates, which
 become the newest files of its traces) plus the ``data`` write (output, pending
 output, merged traces).
 
-Why stage 2 is exact: see :mod:`spark_differential.traces` (after ``advance`` a
+Why stage 2 is exact: see :mod:`spark_differential.incremental.traced` (after ``advance`` a
 trace accumulates to the true history at every time in the future of the frontier
 ``F``; the new updates are in the future of ``F``; so every operator's output
 changes are the true ones, all in the future of ``F``).  The changes at times not
@@ -106,10 +106,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import traces as _traces
-from ._history import recording
-from .collection import DIFF, TIME, inspect, time_leaf_names
-from .errors import (
+from spark_differential.core.collection import DIFF, TIME, inspect, time_leaf_names
+from spark_differential.core.history import recording
+from spark_differential.core.lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
+from spark_differential.engine.distributed import buckets, shuffle_partitions
+from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
     SchemaMismatchError,
@@ -117,10 +118,9 @@ from .errors import (
     TimeTypeMismatchError,
     from_job_failure,
 )
-from .execution import buckets, shuffle_partitions
-from .lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
-from .traces import KIND, Operator
-from .view_loop import LOOP
+from spark_differential.incremental import traced as _traces
+from spark_differential.incremental.loop import LOOP
+from spark_differential.incremental.traced import KIND, Operator
 
 FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
 READS = (2, 3)
@@ -149,7 +149,7 @@ def upset_coefficients(ttype: TimeType, frontier: Sequence[Leaves]) -> list[tupl
     (``J`` ranges over joins of non-empty subsets of ``frontier``; equal joins are
     merged and zero coefficients dropped).
 
-    >>> from spark_differential.lattice import Product, Total
+    >>> from spark_differential.core.lattice import Product, Total
     >>> upset_coefficients(Product((("a", Total()), ("b", Total()))), [(0, 1), (1, 0)])
     [((0, 1), 1), ((1, 0), 1), ((1, 1), -1)]
     """
@@ -780,14 +780,14 @@ class IncrementalView:
         The query is called once on empty inputs (stateful operators return empty
         collections without running; a ``dd_iterate`` is recorded, not run) to see
         what it uses: stage 2 needs no history-dependent operator, no ``dd_iterate`` the
-        in-task path cannot run (:mod:`spark_differential.view_loop`) or whose first update
+        in-task path cannot run (:mod:`spark_differential.incremental.loop`) or whose first update
         (``first``: its inputs) is larger than one task may hold,
         and every stateful operator over the inputs' time type."""
         if self.stage == 1 or self.compact is False:
             return 1, (0, 0), ()
         nparts = shuffle_partitions(self.spark)
         probe = _traces.Run(self.spark, ttype, buckets(self.spark), nparts, probe=True)
-        from .local_loop import _estimated_rows
+        from spark_differential.intask.loop import _estimated_rows
 
         probe.first_rows = _estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
         empty = {n: self.spark.createDataFrame([], schema) for n, schema in schemas.items()}
@@ -815,7 +815,7 @@ class IncrementalView:
         new_front: list[Leaves],
         directory: str,
     ) -> _Written:
-        """Stage 2: run the query on the new updates against the stored traces (:mod:`spark_differential.traces`).
+        """Stage 2: run the query on the new updates against the stored traces (:mod:`spark_differential.incremental.traced`).
 
         Each stateful operator writes its new input updates (one write each, under
         ``directory/s<i>``); then one more write stores what the update returns
@@ -1177,7 +1177,7 @@ class IncrementalView:
         >>> fn(sd.session().createDataFrame([(1, 2, 3)], "src long, dst long, time long"), 0)
         0 [Row(src=1, count=1, time=3)]
         """
-        from .collection import collection
+        from spark_differential.core.collection import collection
 
         if late not in LATE_MODES:
             raise ValueError(f"foreach_batch: late must be one of {LATE_MODES}, got {late!r}")
@@ -1264,7 +1264,7 @@ def _consolidate(df: DataFrame) -> DataFrame:
 
 
 def _advance(df: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
-    from .operators.consolidate import dd_consolidate
+    from spark_differential.operators.consolidate import dd_consolidate
 
     return dd_consolidate(df, frontier=[ttype.decode_value(f) for f in frontier])
 

@@ -7,7 +7,7 @@ and a Python worker round trip of its own; a pipeline of a join and a count on t
 rows paid 1.55x, and a join, a count, a join and a min 2.12x the plain Spark pipeline
 (``benchmarks/latency.py``), most of it Spark's fixed cost per stage, not data.  Here
 the whole pipeline is one task of one stage, as a small ``dd_iterate`` loop is
-(:mod:`spark_differential.local_loop`, whose recorded steps and kernels it reuses):
+(:mod:`spark_differential.intask.loop`, whose recorded steps and kernels it reuses):
 
 * **Remembering** (driver, no job): a top-level stateful operator whose inputs may be
   small local rows (their plans only read local rows, through projections, filters and
@@ -16,7 +16,7 @@ the whole pipeline is one task of one stage, as a small ``dd_iterate`` loop is
 * **Fusing**: an operator with an input built on a remembered output (directly or
   through ``select``/``where``/``withColumn``/unions, read from the Spark plan and
   translated to DuckDB SQL as a loop body's linear steps are,
-  :mod:`spark_differential.translate`) returns, instead of its own stage, one
+  :mod:`spark_differential.intask.translate`) returns, instead of its own stage, one
   ``mapInArrow`` over its sources tagged and brought to one partition, which runs
   every operator of the pipeline, in order, on Arrow tables (:func:`evaluate`).  The
   first operator of a pipeline runs as it always did (a single operator gains
@@ -49,10 +49,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _conf
-from ._lazy import lazy
-from .collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
-from .local_loop import (
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
+from spark_differential.core.lazy import lazy
+from spark_differential.core.session import is_connect
+from spark_differential.intask.loop import (
     _CONNECT_CACHED,
     _CONNECT_HELD,
     _HELD,
@@ -69,8 +70,7 @@ from .local_loop import (
     translator_for,
     user_named,
 )
-from .session import is_connect
-from .translate import Relation, Untranslatable, leaves, plan_of, quote
+from spark_differential.intask.translate import Relation, Untranslatable, leaves, plan_of, quote
 
 pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.fused")
@@ -85,7 +85,7 @@ _COUNTER = itertools.count()
 def rows_setting(spark: Any) -> int:
     """``spark_differential.pipeline.localRows``: at most this many source rows for a fused
     pipeline (0: never fuse)."""
-    from .errors import ConfigurationError
+    from spark_differential.errors import ConfigurationError
 
     raw = _conf.get(spark, CONF, None)
     if raw is None:
@@ -101,7 +101,7 @@ def rows_setting(spark: Any) -> int:
 
 @dataclass
 class Recipe:
-    """One stateful operator call, as :func:`spark_differential.execution.execute` got it."""
+    """One stateful operator call, as :func:`spark_differential.engine.distributed.execute` got it."""
 
     op: str
     kernel: Callable[..., Any]
@@ -388,8 +388,8 @@ class _Builder(KernelSchemas):
 
     def add(self, recipe: Recipe) -> None:
         """Add ``recipe``'s step (after the steps it reads)."""
-        from .execution import time_fields
-        from .kernels.common import keys
+        from spark_differential.engine.distributed import time_fields
+        from spark_differential.kernels.common import keys
 
         if recipe.name in self.done:
             return
@@ -436,8 +436,8 @@ class _Builder(KernelSchemas):
 def in_task_form(params: Any) -> bool:
     """Whether an operator with these kernel parameters can run inside a pipeline's task
     (joins, semijoins, antijoins, reductions, thresholds: what a loop's task runs too)."""
-    from .kernels.join import JoinParams
-    from .kernels.reduce import ReduceParams, ThresholdParams
+    from spark_differential.kernels.join import JoinParams
+    from spark_differential.kernels.reduce import ReduceParams, ThresholdParams
 
     return (isinstance(params, JoinParams) and params.mode in ("join", "semijoin", "antijoin")
             or isinstance(params, (ReduceParams, ThresholdParams)))
@@ -480,8 +480,8 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from ._testing import fault_hook, faults_on
-    from .collection import quoted
+    from spark_differential.core.collection import quoted
+    from spark_differential.core.faults import fault_hook, faults_on
 
     ttype = recipe.kernel_type
     union = None
@@ -509,7 +509,7 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
 def evaluate(pipeline: Pipeline, sources: Sequence[pa.Table]) -> pa.Table:
     """Every step of ``pipeline`` once, over all the updates of its inputs: the output
     collection, consolidated (``pipeline.out_schema``)."""
-    from .kernels.common import conform
+    from spark_differential.kernels.common import conform
 
     tables: dict[str, pa.Table] = {}
     for step in pipeline.steps:
@@ -530,7 +530,7 @@ def task(pipeline: Pipeline, out_schema: pa.Schema) -> Callable[[Iterator[pa.Rec
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
-        from .kernels.common import conform
+        from spark_differential.kernels.common import conform
 
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from .collection import TIME, CollectionSchema
-from .errors import TimeTypeMismatchError
-from .lattice import ALTNEU_NEU, ALTNEU_TIME, LOOP_OUTER, AltNeu, Loop, TimeType
+from spark_differential.core.collection import TIME, CollectionSchema
+from spark_differential.core.lattice import ALTNEU_NEU, ALTNEU_TIME, LOOP_OUTER, AltNeu, Loop, TimeType
+from spark_differential.errors import TimeTypeMismatchError
 
 
 @dataclass(frozen=True)

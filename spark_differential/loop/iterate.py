@@ -42,13 +42,13 @@ follows the *differences* at ``i`` (semi-naive):
   the next loop variable as it is.  A body of one join and one reduction runs 2 jobs
   per iteration (``tests/test_jobs.py``).
 * A top-level loop over a totally ordered time runs in time chunks
-  (:mod:`spark_differential.chunks`): each chunk starts from a snapshot of the
+  (:mod:`spark_differential.engine.chunks`): each chunk starts from a snapshot of the
   inputs, the chunk is one more key of every operator's state, and a key's trace
   holds one chunk of history instead of all of it.
 
 Small loops (inputs up to ``spark_differential.iterate.localRows`` rows, bodies
 whose linear steps translate to DuckDB) skip all of this and run whole inside one
-Spark task (:mod:`spark_differential.local_loop`): same kernels, same traces, one
+Spark task (:mod:`spark_differential.intask.loop`): same kernels, same traces, one
 job instead of several per iteration.
 
 The loop stops at the first iteration whose changes consolidate to nothing.  A
@@ -75,14 +75,24 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import _conf
-from . import chunks as _chunks
-from ._lazy import lazy
-from ._testing import fault_hook
-from .chunks import CHUNK, Chunks
-from .collection import DIFF, TIME, CollectionSchema, checked, consolidate_spark, inspect, qcols
-from .errors import IterationError, IterationLimitExceeded, LoopRuleError, SchemaMismatchError, from_job_failure
-from .execution import (
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import (
+    DIFF,
+    TIME,
+    CollectionSchema,
+    checked,
+    consolidate_spark,
+    inspect,
+    qcols,
+)
+from spark_differential.core.faults import fault_hook
+from spark_differential.core.lattice import LOOP_OUTER, Loop, TimeType, Total
+from spark_differential.core.lazy import lazy
+from spark_differential.core.scope import Entry, enter_column
+from spark_differential.core.session import release_at_exit
+from spark_differential.engine import chunks as _chunks
+from spark_differential.engine.chunks import CHUNK, Chunks
+from spark_differential.engine.distributed import (
     BUCKET,
     KEY_HASH,
     Input,
@@ -95,15 +105,19 @@ from .execution import (
     shuffle_partitions,
     time_fields,
 )
-from .kernels.common import NEW, D, keys, names, over_partition, times
-from .kernels.gather import ROWS, GatherParams, gather
-from .kernels.join import JoinParams
-from .kernels.packed import BLOB, SEQ, PackedParams
-from .kernels.packed import run as run_packed
-from .kernels.reduce import ReduceParams, ThresholdParams
-from .lattice import LOOP_OUTER, Loop, TimeType, Total
-from .scope import Entry, enter_column
-from .session import release_at_exit
+from spark_differential.errors import (
+    IterationError,
+    IterationLimitExceeded,
+    LoopRuleError,
+    SchemaMismatchError,
+    from_job_failure,
+)
+from spark_differential.kernels.common import NEW, D, keys, names, over_partition, times
+from spark_differential.kernels.gather import ROWS, GatherParams, gather
+from spark_differential.kernels.join import JoinParams
+from spark_differential.kernels.packed import BLOB, SEQ, PackedParams
+from spark_differential.kernels.packed import run as run_packed
+from spark_differential.kernels.reduce import ReduceParams, ThresholdParams
 
 pa = lazy("pyarrow")
 
@@ -274,7 +288,7 @@ class LoopContext:
         self.consolidated: list[DataFrame] = []  # outputs of this iteration known to be consolidated
         self.resident: list[tuple[DataFrame, Slot, int]] = []  # of those, outputs held by a packed checkpoint, rows
         self.loose = False  # this iteration left materialised data for the driver GC to free
-        self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.chunks)
+        self.chunks: Chunks | None = None  # time chunks the loop runs in (see spark_differential.engine.chunks)
         self.discovering = False  # a first call of the body that only records what enters the loop
         self.recording: Any = None  # a local_loop.Recorder while the body is recorded for the in-task path
         self.entering: list[DataFrame] = []  # collections from outside all loops, seen while discovering
@@ -623,7 +637,7 @@ def _packed_in_loop(
     partitioned by bucket (a merge of older trace batches, when due, in the same
     job).  The output and the new trace batch are two filtered views of it.
     """
-    from .execution import run_prepared
+    from spark_differential.engine.distributed import run_prepared
 
     staged = prepare(inp, ctx.nbuckets, ctx.nparts).repartition(ctx.nparts, BUCKET)
     new, incoming = (_cache(staged), 0) if ctx.discovering else _counted(staged)
@@ -748,7 +762,7 @@ def stateful_in_loop(
     kernel_type: TimeType,
 ) -> DataFrame:
     """One stateful operator call inside a ``dd_iterate`` body (see the module docstring)."""
-    from .execution import run_prepared
+    from spark_differential.engine.distributed import run_prepared
 
     loop_id = max(e.loop_id for e in entries if e.loop_id is not None)
     ctx = _current(loop_id, op)
@@ -1057,7 +1071,7 @@ def _plan_chunks(
 
 def _settings_once(fn: Callable[..., DataFrame]) -> Callable[..., DataFrame]:
     """``fn(df, ...)`` with the session's settings read once for the whole call (one request
-    on Spark Connect, where each read is one; see :mod:`spark_differential._conf`)."""
+    on Spark Connect, where each read is one; see :mod:`spark_differential.core.settings`)."""
 
     @functools.wraps(fn)
     def run(df: DataFrame, *args: Any) -> DataFrame:
@@ -1087,7 +1101,9 @@ def _run_loop(
     started = _time.time()
     try:
         if captured is None:
-            from . import local_loop as _local_loop  # on first use: keeps `import spark_differential` light
+            from spark_differential.intask import (
+                loop as _local_loop,  # on first use: keeps `import spark_differential` light
+            )
 
             local = _local_loop.attempt(
                 df, cs, body, loop_t, ctx, lambda out: _check_body_output(out, cs, loop_t, select=False), max_iterations, bar
@@ -1254,7 +1270,7 @@ def dd_iterate(
         raise ValueError(f"{op}: max_iterations must be a positive int or None, got {max_iterations!r}")
     cs = inspect(df, op=op)
     if not isinstance(cs.ttype, Loop):
-        from .traces import current
+        from spark_differential.incremental.traced import current
 
         view = current()  # in an incremental view's update: kept by per-iteration traces
         if view is not None:
@@ -1263,7 +1279,7 @@ def dd_iterate(
     # a loop inside another loop's body: recompute from the accumulated input each outer iteration
     ctx = _current(cs.ttype.loop_id, op)
     if ctx.recording is not None:
-        from .translate import Untranslatable
+        from spark_differential.intask.translate import Untranslatable
 
         raise Untranslatable("the body nests a dd_iterate")
     if ctx.discovering:

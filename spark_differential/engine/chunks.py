@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from . import _conf
-from .collection import DIFF, TIME, qcols
-from .lattice import TimeType, Total
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import DIFF, TIME, qcols
+from spark_differential.core.lattice import TimeType, Total
 
 log = logging.getLogger("spark_differential.iterate")
 
 CHUNK = "_sd_chunk"
 CONF = "spark_differential.iterate.chunkRows"
 AUTO_MIN_ROWS = 2000  # below this many updates per chunk, slicing time costs more than it saves
-# inside one task (spark_differential.local_loop) a chunk's fixed cost is its snapshot's rows met
+# inside one task (spark_differential.intask.loop) a chunk's fixed cost is its snapshot's rows met
 # again at every iteration, while its gain (short key histories) is mostly taken by the traced
 # dd_min's kept output and the join against unchanging edges: there the automatic chunk holds
 # LOCAL_FACTOR times the live rows, at least LOCAL_MIN_ROWS updates.  BFS in-task CPU with 2
@@ -132,7 +132,7 @@ def rows_setting(spark: object) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        from .errors import ConfigurationError
+        from spark_differential.errors import ConfigurationError
 
         raise ConfigurationError(
             f"{CONF} must be a positive number of updates per chunk, 'auto' or 'off'; got {raw!r}"

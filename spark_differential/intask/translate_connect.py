@@ -1,6 +1,6 @@
 """Linear steps of a ``dd_iterate`` body read from a Spark Connect client's plan.
 
-On ``(data, time, diff)`` this computes what :mod:`spark_differential.translate`
+On ``(data, time, diff)`` this computes what :mod:`spark_differential.intask.translate`
 computes on a classic session: a linear step (``select``/``where``/``withColumn``/
 ``withColumnRenamed``/``drop``/unions keeping ``time`` and ``diff``) between the
 leaves of a recorded body, as one DuckDB query (and, where one exists, an Arrow
@@ -28,14 +28,14 @@ tree of ``pyspark.sql.connect.plan`` nodes (``Project``, ``Filter``, ``WithColum
   ``selectExpr``, a string ``where``) is parsed by sqlglot into the same expression
   objects first (:func:`_from_sql`).  Anything else (division, floating point,
   string<->number conversions, non-ANSI sessions) raises
-  :class:`~spark_differential.translate.Untranslatable`.
+  :class:`~spark_differential.intask.translate.Untranslatable`.
 * The inferred output schema of every translated DataFrame is checked against the
   server's (``df.schema``: one RPC per step): a step whose names or types differ is
   refused, and each computed column is cast to its Spark type in the query.
 
 The Spark SQL text built here goes through the same sqlglot translation as the
 classic reader's (:meth:`Translator._parsed`), so both readers produce the same kind
-of :class:`~spark_differential.translate.Relation`.
+of :class:`~spark_differential.intask.translate.Relation`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _conf
-from .collection import TIME
-from .translate import Relation, Translator, Untranslatable, quote
+from spark_differential.core import settings as _conf
+from spark_differential.core.collection import TIME
+from spark_differential.intask.translate import Relation, Translator, Untranslatable, quote
 
 _INTEGRAL = {"byte": 1, "short": 2, "integer": 3, "long": 4}
 _SQL = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "string": "STRING",
@@ -146,7 +146,7 @@ class ConnectTranslator(Translator):
         self.leaf_plans[plan._plan_id] = (plan, name, types)
 
     def known_plan(self, plan: Any, name: str, fields: Sequence[Any]) -> None:
-        """Remember ``plan`` (a pipeline's operator output, :mod:`spark_differential.fused`) as
+        """Remember ``plan`` (a pipeline's operator output, :mod:`spark_differential.intask.pipeline`) as
         the leaf ``name`` whose columns are the Spark fields ``fields``."""
         types = [TIME_TYPE if f.name == TIME else _type_name(f.dataType) for f in fields]
         self.leaf_plans[plan._plan_id] = (plan, name, types)
@@ -466,7 +466,7 @@ def _json_type(t: Any) -> str:
 
 def _unexpand(names: Sequence[str], width: int) -> list[str]:
     """Output column names with the time leaves folded back into ``time``."""
-    from .translate import leaves
+    from spark_differential.intask.translate import leaves
 
     lv = leaves(width)
     out: list[str] = []

@@ -19,7 +19,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .errors import (
+from spark_differential.core.lattice import RESERVED_PREFIX, Antichain, TimeType, Total, from_spark_type
+from spark_differential.errors import (
     DiffTypeError,
     FrontierError,
     MissingColumnError,
@@ -29,7 +30,6 @@ from .errors import (
     TimeTypeError,
     TimeTypeMismatchError,
 )
-from .lattice import RESERVED_PREFIX, Antichain, TimeType, Total, from_spark_type
 
 TIME = "time"
 DIFF = "diff"
@@ -185,12 +185,12 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
     """``df`` with its ``time`` and ``diff`` guarded against nulls (see :func:`null_guard`).
 
     The one null check of the operators that do not run a kernel (the kernels' inputs
-    are guarded in :func:`spark_differential.execution.prepare`): a null ``time`` or
+    are guarded in :func:`spark_differential.engine.distributed.prepare`): a null ``time`` or
     ``diff`` fails the job that meets it with :class:`NullValueError` instead of being
     dropped, merged or advanced.  No extra job: the check is part of the operator's
     own scan.  Columns the schema declares non-nullable, and collections inside a
     ``dd_iterate`` body (checked where they enter the loop), are returned as they are."""
-    from .lattice import Loop
+    from spark_differential.core.lattice import Loop
 
     if isinstance(cs.ttype, Loop):
         return df
@@ -215,7 +215,7 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
 def integral_sql(ttype: Any) -> str | None:
     """The Spark SQL type of an integral total time (its own encoding), or ``None`` (a
     time whose encoding is built from Columns: struct, date, timestamp, alt/neu, loop)."""
-    from .lattice import _INTEGRAL_KINDS, Total
+    from spark_differential.core.lattice import _INTEGRAL_KINDS, Total
 
     if not isinstance(ttype, Total) or ttype.kind not in _INTEGRAL_KINDS:
         return None
@@ -400,11 +400,11 @@ def consolidate_spark(df: DataFrame, data: Sequence[str]) -> DataFrame:
     While a ``dd_iterate`` body is recorded for the in-task path, a loop collection is
     returned as it is: the loop consolidates every operator input and the body's result
     anyway, so the aggregation would change nothing there."""
-    from .lattice import LOOP_OUTER
+    from spark_differential.core.lattice import LOOP_OUTER
 
     time_type = df.schema[TIME].dataType if TIME in df.columns else None
     if isinstance(time_type, T.StructType) and LOOP_OUTER in time_type.fieldNames():
-        from .iterate import recording
+        from spark_differential.loop.iterate import recording
 
         if recording():
             return df.select(*qcols(data), TIME, DIFF)

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._planning import no_origin_tracking
-from .errors import SparkDifferentialError
+from spark_differential.core.planning import no_origin_tracking
+from spark_differential.errors import SparkDifferentialError
 
 _MARK = "__spark_differential__"
 
@@ -57,7 +57,7 @@ def _dataframe_classes(connect: bool = False) -> list[type]:
 def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         # the plan is built without PySpark's per-call origin tracking (about ten py4j
-        # round trips per Column function; see spark_differential._planning)
+        # round trips per Column function; see spark_differential.core.planning)
         with no_origin_tracking():
             return fn(self, *args, **kwargs)
 
