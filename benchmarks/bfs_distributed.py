@@ -77,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--changes", default="10000", help="comma-separated sizes")
     ap.add_argument("--chunk-rows", default="auto", help="spark_differential.iterate.chunkRows")
-    ap.add_argument("--broadcast-trace", type=int, default=None, help="override iterate.BROADCAST_TRACE")
+    ap.add_argument("--broadcast-trace", type=int, default=None, help="override spark_differential.trace.spark.BROADCAST_TRACE")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -90,12 +90,12 @@ def main() -> None:
     import spark_differential as sd
     from spark_differential.algorithms import bfs
     from spark_differential.core.jobs import count_jobs
-    from spark_differential.loop import iterate
+    from spark_differential.trace import spark as trace_spark
 
     spark.conf.set("spark_differential.iterate.localRows", "0")
     spark.conf.set("spark_differential.iterate.chunkRows", args.chunk_rows)
     if args.broadcast_trace is not None:
-        iterate.BROADCAST_TRACE = args.broadcast_trace
+        trace_spark.BROADCAST_TRACE = args.broadcast_trace
     for n in [int(x) for x in args.changes.split(",")]:
         updates = bench.edge_updates(1000, 2000, n, 1, args.seed)
         g = sd.collection(spark.createDataFrame(updates)).repartition(4).localCheckpoint()

@@ -9,7 +9,7 @@ What is measured
     update is :func:`spark_differential.incremental.loop.loop_update` called directly on Arrow
     tables in this process: what the view's one task does, without Spark's scheduling
     around it.  Per update: CPU seconds of this process (``time.process_time``), the rows
-    the steps' kernels receive as new updates (``local_loop._kernel_input``), and the
+    the steps' kernels receive as new updates (``spark_differential.intask.step.kernel_input``), and the
     stored state's rows.
 
     Run it with the library under test on ``PYTHONPATH`` (e.g. the main branch's, for the
@@ -56,7 +56,7 @@ def main() -> int:
     from spark_differential.core import lattice as L
     from spark_differential.core.collection import inspect
     from spark_differential.incremental import loop as view_loop
-    from spark_differential.intask import loop as local_loop
+    from spark_differential.intask import step as intask_step
 
     spark = sd.session(master="local[1]")
     roots = spark.createDataFrame([], "node long, time long, diff long")
@@ -84,14 +84,14 @@ def main() -> int:
         return pa.table({c: pa.array(v.to_numpy()) for c, v in zip(cols, values)})
 
     rows = [0]
-    kernel_input = local_loop._kernel_input
+    kernel_input = intask_step.kernel_input
 
     def counting(*a: Any, **k: Any) -> Any:
         out = kernel_input(*a, **k)
         rows[0] += out.num_rows
         return out
 
-    local_loop._kernel_input = counting  # the loop's steps read it from the module at call time
+    intask_step.kernel_input = counting  # the loop's steps read it from the module at call time
     empty = [sp.schema.empty_table() for sp in view_loop.specs(program)]
     # warm-up (not reported): update 0 alone, through both paths (numba's compilation, DuckDB's first queries)
     warm = [source(k, 0, 1, cols) for k, cols in zip(kinds, program.sources)]

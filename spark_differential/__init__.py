@@ -16,12 +16,18 @@ also a plain function taking the DataFrame first, usable with ``df.transform``.
 from __future__ import annotations
 
 from spark_differential import errors
-from spark_differential.core.collection import collection, dd_as_of, from_snapshots, from_upserts
 from spark_differential.core.registration import register
 from spark_differential.core.session import session
+from spark_differential.engine import call as _seam
+from spark_differential.engine.distributed import Distributed
 from spark_differential.errors import IterationLimitExceeded, LateUpdateError, SparkDifferentialError, raising, unwrap
 from spark_differential.incremental.view import IncrementalView, incremental
+from spark_differential.intask.pipeline import Pipelines
 from spark_differential.io.changes import dd_to_intervals, from_cdc, from_change_feed, from_intervals
+from spark_differential.io.tables import collection, dd_as_of, from_snapshots, from_upserts
+from spark_differential.loop.iterate import dd_iterate
+from spark_differential.operators.arrange import dd_arrange
+from spark_differential.operators.calculus import dd_asof_join, dd_delay, differentiate, integrate
 from spark_differential.operators.consolidate import dd_consolidate
 from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
 from spark_differential.operators.linear import dd_concat, dd_negate
@@ -30,29 +36,9 @@ from spark_differential.sql.compile import sql
 
 __version__ = "0.1.0"
 
-
-def _not_built(capability: str):  # type: ignore[no-untyped-def]
-    def fn(*args, **kwargs):  # type: ignore[no-untyped-def]
-        raise NotImplementedError(f"spark_differential: {capability} is not built yet")
-
-    return fn
-
-
-try:  # capabilities land module by module
-    from spark_differential.loop.iterate import dd_iterate
-except ImportError:  # pragma: no cover
-    dd_iterate = _not_built("dd_iterate (differential iteration)")
-try:
-    from spark_differential.operators.calculus import dd_asof_join, dd_delay, differentiate, integrate
-except ImportError:  # pragma: no cover
-    differentiate = _not_built("differentiate (seed 003 calculus)")
-    integrate = _not_built("integrate (seed 003 calculus)")
-    dd_asof_join = _not_built("dd_asof_join (as-of joins)")
-    dd_delay = _not_built("dd_delay (moving a collection to neu)")
-try:
-    from spark_differential.operators.arrange import dd_arrange
-except ImportError:  # pragma: no cover
-    dd_arrange = _not_built("dd_arrange (shared arrangements)")
+# the base handlers of every stateful call, bottom first: the distributed executor, then the
+# fusing of small pipelines into one task (spark_differential.engine.call; docs/architecture.md)
+_seam.install(Distributed(), Pipelines())
 
 METHODS = {
     "dd_consolidate": dd_consolidate,

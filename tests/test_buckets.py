@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from pyspark.sql import functions as F
 
-from spark_differential.engine.distributed import _murmur3_int, bucket_labels, bucket_of
+from spark_differential.engine.kernel_form import _murmur3_int, bucket_labels, bucket_of
 
 
 def test_murmur3_matches_spark_hash(spark):

@@ -20,7 +20,9 @@ import spark_differential as sd
 from spark_differential.core import lattice
 from spark_differential.engine.chunks import CONF, Chunks
 from spark_differential.errors import ConfigurationError
-from spark_differential.loop import iterate
+from spark_differential.intask import chunking
+from spark_differential.loop import distributed as loop_distributed
+from spark_differential.trace import spark as trace_spark
 
 
 @pytest.fixture(autouse=True)
@@ -139,15 +141,15 @@ def test_reachability_and_reduce_in_time_chunks(spark, caplog):
 @pytest.mark.parametrize("few", [True, False], ids=["broadcast", "shuffle-hash"])
 def test_join_with_outer_collection_forms_pairs_on_the_jvm(spark, monkeypatch, few):
     """In a chunked loop, a join of the loop collection with a collection from outside the
-    loop runs as a JVM pair join (``iterate._pair_join``), whichever side the loop
+    loop runs as a JVM pair join (``loop_distributed._pair_join``), whichever side the loop
     collection is on and whether its changes are broadcast or hashed per partition."""
     lat = Total()
     edges, roots, per_case = batched_graphs(43, 6, lat, n=12)
     calls = []
-    pair_join = iterate._pair_join
-    monkeypatch.setattr(iterate, "_pair_join", lambda *a, **k: calls.append(k["few"]) or pair_join(*a, **k))
-    monkeypatch.setattr(iterate, "FEW_CHANGES", 10**9 if few else 0)
-    monkeypatch.setattr(iterate, "BROADCAST_TRACE", 0)  # whatever the trace's size
+    pair_join = loop_distributed._pair_join
+    monkeypatch.setattr(loop_distributed, "_pair_join", lambda *a, **k: calls.append(k["few"]) or pair_join(*a, **k))
+    monkeypatch.setattr(trace_spark, "FEW_CHANGES", 10**9 if few else 0)
+    monkeypatch.setattr(trace_spark, "BROADCAST_TRACE", 0)  # whatever the trace's size
     e = to_df(spark, edges, lat).withColumnRenamed("src", "node")
     expected = []
     for c, (ec, rc) in enumerate(per_case):
@@ -171,21 +173,20 @@ def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeyp
     kernel, and the loop takes ``dd_min``'s output as consolidated."""
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
     from spark_differential import algorithms
-    from spark_differential.engine import distributed as execution
 
     lat = Total()
     rng = random.Random(11)
     edges = Coll(("src", "dst"), interval_edges(rng, 7, 14, lat, hi=9))
     roots = Coll(("node",), [((0,), 0, 1), ((3,), 2, 1), ((3,), 6, -1)])
     plans: list[str] = []
-    run_prepared = execution.run_prepared
+    run_prepared = loop_distributed.run_prepared
 
     def spy(*a, **k):
         out = run_prepared(*a, **k)
         plans.append(out._jdf.queryExecution().executedPlan().toString())
         return out
 
-    monkeypatch.setattr(execution, "run_prepared", spy)
+    monkeypatch.setattr(loop_distributed, "run_prepared", spy)
     with chunk_rows(spark, rows):
         got = algorithms.bfs(to_df(spark, edges, lat), to_df(spark, roots, lat))
         assert_matches(got, ref_bfs(edges, roots, lat))
@@ -237,7 +238,6 @@ def test_chunks_inside_one_task_are_larger():
     import pyarrow as pa
 
     from spark_differential.engine import chunks
-    from spark_differential.intask import loop as local_loop
 
     assert chunks.layout(202_001, 2_000, 0, 100_000, None) == (0, 991, 101)
     local = chunks.layout(202_001, 2_000, 0, 100_000, None, chunks.LOCAL_FACTOR, chunks.LOCAL_MIN_ROWS)
@@ -251,5 +251,5 @@ def test_chunks_inside_one_task_are_larger():
 
     for n, count in ((202_000, 6), (22_000, None)):
         program = SimpleNamespace(chunk_rows=None, width=1, sources=(("_sd_k", "_sd_t0", "diff"),))
-        planned = local_loop._plan_chunks(program, [source(n)])  # type: ignore[arg-type]
+        planned = chunking.plan_chunks(program, [source(n)])  # type: ignore[arg-type]
         assert (planned and planned.count) == count, (n, planned)

@@ -1,4 +1,4 @@
-"""Settings read once per ``dd_iterate`` call (``spark_differential.core.settings``).
+"""Settings read once per ``dd_iterate`` call (``spark_differential.core.conf``).
 
 On Spark Connect each ``spark.conf.get`` is a request; a loop's call reads its settings
 from one ``GetAll`` made when the call starts.  Checked here: the snapshot answers as
@@ -17,7 +17,7 @@ from helpers import CONNECT
 from pyspark.sql import functions as F
 
 import spark_differential  # noqa: F401  (registers the methods)
-from spark_differential.core import settings as _conf
+from spark_differential.core import conf as _conf
 from spark_differential.errors import ConfigurationError
 
 

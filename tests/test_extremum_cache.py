@@ -4,7 +4,7 @@ Inside the in-task loop a traced ``dd_min`` keeps, per key, its output as steps 
 time with the count of the least value, and answers most keys from those steps and the
 iteration's new updates without reading their trace
 (``extremum.min_max_traced(..., cache=)``).  Over a run of iterations (each one's new
-updates then joining the trace as a key-sorted batch, as ``local_loop._Trace`` does)
+updates then joining the trace as a key-sorted batch, as ``arrow_trace.ArrowTrace`` does)
 every iteration's output must equal, row for row, the sweep over the trace
 (``cache=None``) and a brute force: ``F(all) − F(old)``, with ``F`` the least (greatest)
 value of positive accumulated count at each time, computed key by key, time by time.

@@ -1,6 +1,6 @@
 """``dd_min``/``dd_max`` read against a key-sorted trace in place, against the kernel on rows.
 
-Inside the in-task loop (``spark_differential.intask.loop``) a ``dd_min`` keeps its
+Inside the in-task loop (``spark_differential.intask``) a ``dd_min`` keeps its
 trace as batches sorted by key (``native.key_sorted``) and
 ``extremum.min_max_traced`` reads the touched keys' rows where they lie.  It must
 give exactly what ``extremum.min_max`` gives on the same rows gathered into one

@@ -20,8 +20,9 @@ from oracle import Coll, Product, Total, ref_antijoin, ref_count, ref_distinct, 
 from pyspark.sql import functions as F
 
 import spark_differential  # noqa: F401  (registers the methods)
+from spark_differential.core import settings
 from spark_differential.errors import ConfigurationError
-from spark_differential.intask import pipeline as fused
+from spark_differential.intask import sources
 
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 KEY = ["case", "k"]
@@ -87,10 +88,10 @@ def path(spark: Any) -> Iterator[Callable[[str], None]]:
     """Sets ``spark_differential.pipeline.localRows`` for the test (restored after)."""
 
     def choose(value: str) -> None:
-        spark.conf.set(fused.CONF, value)
+        spark.conf.set(settings.PIPELINE_ROWS, value)
 
     yield choose
-    spark.conf.unset(fused.CONF)
+    spark.conf.unset(settings.PIPELINE_ROWS)
 
 
 @pytest.mark.connect
@@ -209,14 +210,14 @@ def test_sources_known_small_without_a_job(spark):
     import pandas as pd
 
     listed = spark.createDataFrame([(i, 0, 1) for i in range(10)], "k long, time long, diff long")
-    bound = fused.held_rows(listed)
+    bound = sources.held_rows(listed)
     assert bound is not None and 10 <= bound <= 100_000
-    assert fused.held_rows(listed.where("k > 3").select("k", "time", "diff").unionByName(listed)) == 2 * bound
+    assert sources.held_rows(listed.where("k > 3").select("k", "time", "diff").unionByName(listed)) == 2 * bound
     frame = spark.createDataFrame(pd.DataFrame({"k": range(7), "time": 0, "diff": 1}))
-    assert fused.held_rows(frame) == 7
-    assert fused.held_rows(listed.groupBy("k").count()) is None
-    assert fused.held_rows(listed.dd_distinct()) is None
-    assert fused.held_rows(spark.range(5)) is None
+    assert sources.held_rows(frame) == 7
+    assert sources.held_rows(listed.groupBy("k").count()) is None
+    assert sources.held_rows(listed.dd_distinct()) is None
+    assert sources.held_rows(spark.range(5)) is None
 
 
 @pytest.mark.connect

@@ -14,7 +14,12 @@ from oracle import Coll, Product, Total, consolidate, ref_bfs, ref_iterate, ref_
 from pyspark.sql import functions as F
 
 import spark_differential  # noqa: F401
+from spark_differential.core import settings
 from spark_differential.errors import IterationError, IterationLimitExceeded, NullValueError, SchemaMismatchError
+from spark_differential.loop import packed as loop_packed
+from spark_differential.loop import state as loop_state
+from spark_differential.trace import spark as trace_spark
+from spark_differential.trace import spine
 
 SEED_001_EDGES = [
     ((1, 1), 0, 1), ((2, 1), 0, 1), ((0, 1), 0, 1), ((0, 2), 0, 1), ((1, 0), 0, 1),
@@ -136,11 +141,10 @@ def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = 
 def test_bfs_random_graphs(spark, distributed, monkeypatch, name, few):
     """Both ways of selecting the touched keys' trace rows: broadcast (iterations with
     few changes, which is every iteration of a small test) and the partition-local hash join."""
-    from spark_differential.loop import iterate
 
     if not few:
-        monkeypatch.setattr(iterate, "FEW_CHANGES", -1)
-    monkeypatch.setattr(iterate, "BROADCAST_TRACE", 0)  # whatever the trace's size
+        monkeypatch.setattr(trace_spark, "FEW_CHANGES", -1)
+    monkeypatch.setattr(trace_spark, "BROADCAST_TRACE", 0)  # whatever the trace's size
     check_random_bfs(spark, LATTICES[name], 11, 10)
 
 
@@ -153,10 +157,9 @@ def test_bfs_random_graphs_both_paths(spark, path, name):
 def test_bfs_random_graphs_with_packed_trace_batches(spark, distributed, monkeypatch, caplog, name):
     """``dd_min``'s packed trace in several batches (never merged by size, at most 2):
     the kernel reads each key's newest blob, against the oracle."""
-    from spark_differential.loop import iterate
 
-    monkeypatch.setattr(iterate, "MERGE_RATIO", 0)
-    monkeypatch.setattr(iterate, "MAX_BATCHES", 2)
+    monkeypatch.setattr(spine, "MERGE_RATIO", 0)
+    monkeypatch.setattr(spine, "MAX_BATCHES", 2)
     caplog.set_level(logging.DEBUG, logger="spark_differential.iterate")
     check_random_bfs(spark, LATTICES[name], 17, 10)
     messages = [rec.getMessage() for rec in caplog.records]
@@ -356,12 +359,11 @@ def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
     tail of small iterations only once their drops reach GC_SHARE of everything dropped."""
     from spark_differential.core.lattice import Loop
     from spark_differential.core.lattice import Total as LibTotal
-    from spark_differential.loop import iterate as it
 
     hints = []
-    monkeypatch.setattr(it, "_collect_garbage", lambda spark: hints.append(spark))
-    ctx = it.LoopContext(Loop(LibTotal("long"), 10_000), None, None)
-    assert it.GC_SHARE == 0.25
+    monkeypatch.setattr(loop_state, "collect_garbage", lambda spark: hints.append(spark))
+    ctx = loop_state.LoopContext(Loop(LibTotal("long"), 10_000), None, None)
+    assert loop_state.GC_SHARE == 0.25
     for rows in (10, 20):  # growing: each iteration drops at least a quarter of all dropped
         ctx.drop(rows)
         ctx.collect_garbage()
@@ -379,17 +381,17 @@ def test_gc_hints_follow_the_share_of_dropped_rows(monkeypatch):
 
 
 def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
-    """A packed trace kept in batches (``iterate._pack_merge``, ``_pack_commit``): appended while small,
+    """A packed trace kept in batches (``loop_packed._pack_merge``, ``_pack_commit``): appended while small,
     merged size-tiered; read back with each key's newest blob winning, it always holds
     exactly the latest blob of every key, and an empty blob (a key whose updates
     cancelled) hides the key's older blobs until a merge reaching the oldest batch drops
     both."""
-    from spark_differential.engine.distributed import BUCKET, KEY_HASH, bucket_of, key_hash
+    from spark_differential.core.names import BUCKET, KEY_HASH
+    from spark_differential.engine.kernel_form import bucket_of, key_hash
     from spark_differential.kernels.packed import BLOB
-    from spark_differential.loop import iterate as it
 
-    nparts = it.shuffle_partitions(spark)
-    nbuckets = it.buckets(spark)
+    nparts = settings.shuffle_partitions(spark)
+    nbuckets = settings.buckets(spark)
 
     def blobs(kv: dict) -> tuple:
         """(new blobs as the kernel returns them, touched keys): keyed, bucketed, partitioned."""
@@ -407,15 +409,15 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
         return {k: v for k, v in latest.items() if v}
 
     def step(slot, kv: dict, ratio: float, most: int) -> None:
-        monkeypatch.setattr(it, "MERGE_RATIO", ratio)
-        monkeypatch.setattr(it, "MAX_BATCHES", most)
+        monkeypatch.setattr(spine, "MERGE_RATIO", ratio)
+        monkeypatch.setattr(spine, "MAX_BATCHES", most)
         back, touched = blobs(kv)
-        start, merged = it._pack_merge(slot, back, touched, len(kv))
-        batch, rows = it._counted(merged)
-        for old in it._pack_commit(slot, start, batch, rows, ["_k0"]):
-            it._release(old)
+        start, merged = loop_packed._pack_merge(slot, back, touched, len(kv))
+        batch, rows = trace_spark.counted(merged)
+        for old in loop_packed._pack_commit(slot, start, batch, rows, ["_k0"]):
+            trace_spark.release(old)
 
-    slot = it.Slot("dd_min", 1)
+    slot = loop_state.Slot("dd_min", 1)
     step(slot, {1: "a", 2: "b", 3: ""}, 2, 8)  # the first batch drops empty blobs
     assert resolved(slot) == {1: "a", 2: "b"} and slot.packed_rows == [2]
     step(slot, {2: "", 4: "d"}, 0, 8)  # never merged by size: a second batch

@@ -1,6 +1,6 @@
 """The in-task loop's own machinery: key-sorted traces, chunk groups and threads.
 
-``spark_differential.intask.loop`` keeps each operator's trace in batches sorted by
+``spark_differential.intask`` keeps each operator's trace in batches sorted by
 the operator's key (``native.key_sorted``), finds the rows an iteration touches by
 binary search (``KeySorted.touching``), and may run groups of time chunks on
 threads.  Each is checked against the slower form it replaces: ``native.consolidated``
@@ -20,8 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_differential.intask import loop as local_loop
+from spark_differential.core import collection
+from spark_differential.core import settings as sd_settings
+from spark_differential.intask import chunking, launch, program, task, translate
 from spark_differential.kernels import native
+from spark_differential.trace import arrow as arrow_trace
 
 
 def rows(table: pa.Table) -> Counter:
@@ -114,7 +117,7 @@ def test_trace_touching_after_merges_equals_the_whole_trace() -> None:
     rng = np.random.default_rng(3)
     schema = pa.schema([("_k0", pa.int64()), ("_a0", pa.int64()), ("_t0", pa.int64()), ("_d", pa.int64()),
                         ("_new", pa.bool_())])
-    trace = local_loop._Trace(schema, ("_k0",))
+    trace = arrow_trace.ArrowTrace(schema, ("_k0",))
     fed = []
     for size in [50, 20, 20, 5, 80, 1, 3, 40]:
         batch = pa.table({"_k0": rng.integers(0, 12, size), "_a0": rng.integers(0, 3, size),
@@ -133,19 +136,19 @@ def test_trace_touching_after_merges_equals_the_whole_trace() -> None:
 
 
 def test_chunk_groups_cut_consecutive_chunks_of_about_equal_rows() -> None:
-    ch = local_loop.Chunking(t0=10, width=5, count=8)
+    ch = program.Chunking(t0=10, width=5, count=8)
     times_ = np.array([10, 11, 15, 20, 20, 21, 30, 35, 40, 44, 44, 44, 44, 44])
-    a = pa.table({"x": np.arange(len(times_)), local_loop.leaves(1)[0]: times_})
-    b = pa.table({"x": [1, 2], local_loop.leaves(1)[0]: [12, 46]})
+    a = pa.table({"x": np.arange(len(times_)), translate.leaves(1)[0]: times_})
+    b = pa.table({"x": [1, 2], translate.leaves(1)[0]: [12, 46]})
     for n in (1, 2, 3, 20):
-        groups = local_loop._chunk_groups([a, b], ch, n)
+        groups = chunking.chunk_groups([a, b], ch, n)
         assert 1 <= len(groups) <= max(1, min(n, ch.count))
         for j, src in enumerate([a, b]):  # every row in exactly one group
             assert sorted(x for g in groups for x in g[j].column("x").to_pylist()) == sorted(src.column("x").to_pylist())
-        spans = [sorted({(t - 10) // 5 for g_src in g for t in g_src.column(local_loop.leaves(1)[0]).to_pylist()}) for g in groups]
+        spans = [sorted({(t - 10) // 5 for g_src in g for t in g_src.column(translate.leaves(1)[0]).to_pylist()}) for g in groups]
         flat = [c for s in spans for c in s]
         assert flat == sorted(flat) and len(flat) == len(set(flat))  # consecutive chunks, no chunk in two groups
-    two = local_loop._chunk_groups([a, b], ch, 2)
+    two = chunking.chunk_groups([a, b], ch, 2)
     sizes = [sum(t.num_rows for t in g) for g in two]
     assert len(two) == 2 and max(sizes) <= 10, sizes
 
@@ -159,11 +162,11 @@ def test_bfs_in_time_chunks_on_threads(spark, caplog, threads: str) -> None:
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     spark.conf.set(LOCAL_ROWS, "1000000")
     spark.conf.set("spark_differential.iterate.chunkRows", "6")
-    spark.conf.set(local_loop.THREADS_CONF, threads)
+    spark.conf.set(sd_settings.LOCAL_THREADS, threads)
     try:
         check_random_bfs(spark, Total(), 31, 8)
     finally:
-        for key in (LOCAL_ROWS, "spark_differential.iterate.chunkRows", local_loop.THREADS_CONF):
+        for key in (LOCAL_ROWS, "spark_differential.iterate.chunkRows", sd_settings.LOCAL_THREADS):
             spark.conf.unset(key)
     ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
     assert ran and all("time chunks" in m for m in ran), ran
@@ -172,30 +175,30 @@ def test_bfs_in_time_chunks_on_threads(spark, caplog, threads: str) -> None:
 def test_threads_setting_must_be_positive(spark) -> None:
     from spark_differential.errors import ConfigurationError
 
-    spark.conf.set(local_loop.THREADS_CONF, "0")
+    spark.conf.set(sd_settings.LOCAL_THREADS, "0")
     try:
         with pytest.raises(ConfigurationError, match="localThreads"):
-            local_loop.threads_setting(spark)
+            sd_settings.local_threads(spark)
     finally:
-        spark.conf.unset(local_loop.THREADS_CONF)
-    assert local_loop.threads_setting(spark) == local_loop.default_threads(spark)
+        spark.conf.unset(sd_settings.LOCAL_THREADS)
+    assert sd_settings.local_threads(spark) == sd_settings.default_threads(spark)
 
 
 def test_threads_default_uses_a_local_masters_cores_only() -> None:
     import os
 
-    assert local_loop.threads_setting(_Session("local[2]")) == 2
-    assert local_loop.threads_setting(_Session("local[16]")) == local_loop.MAX_LOCAL_THREADS
-    assert local_loop.threads_setting(_Session("local[3, 2]")) == 3
-    assert local_loop.threads_setting(_Session("local")) == local_loop.DEFAULT_THREADS
-    assert local_loop.threads_setting(_Session("local[*]")) == max(1, min(os.cpu_count() or 1, local_loop.MAX_LOCAL_THREADS))
+    assert sd_settings.local_threads(_Session("local[2]")) == 2
+    assert sd_settings.local_threads(_Session("local[16]")) == sd_settings.MAX_LOCAL_THREADS
+    assert sd_settings.local_threads(_Session("local[3, 2]")) == 3
+    assert sd_settings.local_threads(_Session("local")) == sd_settings.DEFAULT_THREADS
+    assert sd_settings.local_threads(_Session("local[*]")) == max(1, min(os.cpu_count() or 1, sd_settings.MAX_LOCAL_THREADS))
     # other tasks may run on a cluster executor's other cores: one thread unless asked
     for master in ("local-cluster[2,1,1024]", "yarn", "spark://host:7077"):
-        assert local_loop.threads_setting(_Session(master)) == local_loop.DEFAULT_THREADS
-    assert local_loop.threads_setting(_Session("yarn", {local_loop.THREADS_CONF: "3"})) == 3
+        assert sd_settings.local_threads(_Session(master)) == sd_settings.DEFAULT_THREADS
+    assert sd_settings.local_threads(_Session("yarn", {sd_settings.LOCAL_THREADS: "3"})) == 3
     # the default's threads wait for enough rows; an explicit setting is taken as it is
-    assert local_loop.thread_min_rows(_Session("local[2]")) == local_loop.THREAD_MIN_ROWS
-    assert local_loop.thread_min_rows(_Session("local[2]", {local_loop.THREADS_CONF: "2"})) == 0
+    assert sd_settings.thread_min_rows(_Session("local[2]")) == sd_settings.THREAD_MIN_ROWS
+    assert sd_settings.thread_min_rows(_Session("local[2]", {sd_settings.LOCAL_THREADS: "2"})) == 0
 
 
 class _Conf:
@@ -207,7 +210,7 @@ class _Conf:
 
 
 class _Session:
-    """What :func:`local_loop.rows_setting` reads of a session: its master and runtime conf."""
+    """What :func:`sd_settings.local_rows` reads of a session: its master and runtime conf."""
 
     def __init__(self, master: str, conf: dict[str, str] | None = None) -> None:
         self.sparkContext = type("SC", (), {"master": master})()
@@ -216,19 +219,19 @@ class _Session:
 
 def test_local_rows_default_depends_on_where_executors_run() -> None:
     # executors on the driver's machine (no container memory limit): the larger default
-    assert local_loop.rows_setting(_Session("local[2]")) == local_loop.DEFAULT_ROWS_LOCAL
-    assert local_loop.rows_setting(_Session("local-cluster[2,1,1024]")) == local_loop.DEFAULT_ROWS_LOCAL
+    assert sd_settings.local_rows(_Session("local[2]")) == sd_settings.DEFAULT_ROWS_LOCAL
+    assert sd_settings.local_rows(_Session("local-cluster[2,1,1024]")) == sd_settings.DEFAULT_ROWS_LOCAL
     for master in ("yarn", "spark://host:7077", "k8s://https://api:443"):
-        assert local_loop.rows_setting(_Session(master)) == local_loop.DEFAULT_ROWS
-    assert local_loop.DEFAULT_ROWS < local_loop.DEFAULT_ROWS_LOCAL
+        assert sd_settings.local_rows(_Session(master)) == sd_settings.DEFAULT_ROWS
+    assert sd_settings.DEFAULT_ROWS < sd_settings.DEFAULT_ROWS_LOCAL
     # an explicit setting wins everywhere
-    assert local_loop.rows_setting(_Session("local[2]", {local_loop.CONF: "1234"})) == 1234
-    assert local_loop.rows_setting(_Session("yarn", {local_loop.CONF: "off"})) == 0
+    assert sd_settings.local_rows(_Session("local[2]", {sd_settings.LOCAL_ROWS: "1234"})) == 1234
+    assert sd_settings.local_rows(_Session("yarn", {sd_settings.LOCAL_ROWS: "off"})) == 0
 
 
 def test_local_rows_default_on_the_test_session(spark: Any) -> None:
-    assert spark.conf.get(local_loop.CONF, None) is None  # the tests run with the library's default
-    assert local_loop.rows_setting(spark) == local_loop.DEFAULT_ROWS_LOCAL
+    assert spark.conf.get(sd_settings.LOCAL_ROWS, None) is None  # the tests run with the library's default
+    assert sd_settings.local_rows(spark) == sd_settings.DEFAULT_ROWS_LOCAL
 
 
 @pytest.mark.parametrize("name", ["int", "product2"])
@@ -252,8 +255,8 @@ def test_small_answer_is_local_rows_and_a_large_one_a_checkpoint(spark, monkeypa
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     spark.conf.set(LOCAL_ROWS, "1000000")
     try:
-        for limit, collect_jobs in ((local_loop.LOCAL_RESULT_ROWS, 0), (len(expected.updates) - 1, 1), (0, 1)):
-            monkeypatch.setattr(local_loop, "LOCAL_RESULT_ROWS", limit)
+        for limit, collect_jobs in ((launch.LOCAL_RESULT_ROWS, 0), (len(expected.updates) - 1, 1), (0, 1)):
+            monkeypatch.setattr(launch, "LOCAL_RESULT_ROWS", limit)
             registered = len(_accumulatorRegistry)
             with count_jobs(spark) as call:
                 got = bfs(to_df(spark, roots, lat), to_df(spark, edges, lat), keys=("case", "node"))
@@ -296,8 +299,8 @@ def test_local_answer_keeps_every_value(spark, monkeypatch, caplog) -> None:
             return v.select(F.upper("s").alias("s"), *v.columns[1:]).dd_concat(roots).dd_distinct()
 
         answers = []
-        for limit in (local_loop.LOCAL_RESULT_ROWS, 0):
-            monkeypatch.setattr(local_loop, "LOCAL_RESULT_ROWS", limit)
+        for limit in (launch.LOCAL_RESULT_ROWS, 0):
+            monkeypatch.setattr(launch, "LOCAL_RESULT_ROWS", limit)
             out = roots.dd_iterate(body)
             with count_jobs(spark) as action:
                 rows_ = out.collect()
@@ -318,7 +321,7 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
     with null and string data."""
     from types import SimpleNamespace
 
-    t = local_loop.leaves(1)[0]
+    t = translate.leaves(1)[0]
     sources, names_ = [], []
     for j in range(data.draw(st.integers(1, 3))):
         n = data.draw(st.integers(0, 40))
@@ -332,7 +335,7 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
         elif kind == "string":
             cols[f"x{j}"] = pa.array(draw(st.sampled_from(["a", "b", None])), pa.string())
         cols[t] = pa.array(draw(st.integers(-5, 30)), pa.int64())
-        cols[local_loop.DIFF] = pa.array(draw(st.sampled_from([-1, 1, 2])), pa.int64())
+        cols[collection.DIFF] = pa.array(draw(st.sampled_from([-1, 1, 2])), pa.int64())
         sources.append(pa.table(cols))
         names_.append(tuple(cols))
     from spark_differential.engine import chunks
@@ -347,9 +350,9 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
     chunks_layout = chunks.layout
     with pytest.MonkeyPatch.context() as m:
         m.setattr(chunks, "layout", layout)
-        fast = local_loop._plan_chunks(program, sources)  # type: ignore[arg-type]
+        fast = chunking.plan_chunks(program, sources)  # type: ignore[arg-type]
         m.setattr(native, "in_arrow", lambda *args, **kw: False)
-        slow = local_loop._plan_chunks(program, sources)  # type: ignore[arg-type]
+        slow = chunking.plan_chunks(program, sources)  # type: ignore[arg-type]
     assert fast == slow
     assert len(seen) == 2 and seen[0] == seen[1], seen
 
@@ -359,16 +362,16 @@ def test_status_rows_combine_per_field() -> None:
     local if any task's was; no status row at all reads as none."""
     import json
 
-    a = local_loop._status(pa.schema([("x", pa.int64()), (local_loop.META, pa.string())]),
-                           local_loop._status_json(local_loop.DONE, 7, 0, [3, 1, 0], 4, "0.1,0.2", local=True))
+    a = task.status_row(pa.schema([("x", pa.int64()), (task.META, pa.string())]),
+                           task.status_json(task.DONE, 7, 0, [3, 1, 0], 4, "0.1,0.2", local=True))
     assert a.column(0).to_pylist() == [None]
     first = json.loads(a.column(1)[0].as_py())
     assert first == {"status": 0, "iters": 7, "changing": 0, "history": "3,1,0", "chunks": 4, "phases": "0.1,0.2",
                      "local": True}
-    other = json.dumps({**first, "status": local_loop.LIMIT, "iters": 9, "changing": 5, "chunks": 2, "local": False})
-    got = local_loop._metrics([None, a.column(1)[0].as_py(), other])
-    assert (got["status"], got["iters"], got["changing"], got["chunks"], got["local"]) == (local_loop.LIMIT, 9, 5, 4, True)
-    assert local_loop._metrics([None]) == {}
+    other = json.dumps({**first, "status": task.LIMIT, "iters": 9, "changing": 5, "chunks": 2, "local": False})
+    got = task.metrics([None, a.column(1)[0].as_py(), other])
+    assert (got["status"], got["iters"], got["changing"], got["chunks"], got["local"]) == (task.LIMIT, 9, 5, 4, True)
+    assert task.metrics([None]) == {}
 
 
 @settings(max_examples=150, deadline=None)
@@ -381,9 +384,9 @@ def test_unchunked_retracts_each_chunk_where_the_next_takes_over(data: st.DataOb
     answers, through one sort (integer columns) and through DuckDB (strings)."""
     n = data.draw(st.integers(0, 30))
     t0, width, count = data.draw(st.integers(-3, 3)), data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
-    ch = local_loop.Chunking(t0, width, count)
+    ch = program.Chunking(t0, width, count)
     names = [f"x{i}" for i in range(ndata)]
-    t = local_loop.leaves(1)[0]
+    t = translate.leaves(1)[0]
     cols: dict[str, pa.Array] = {}
     for c in names:
         values = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
@@ -400,13 +403,13 @@ def test_unchunked_retracts_each_chunk_where_the_next_takes_over(data: st.DataOb
     for (key, c), s in chunk_sums.items():
         if c < ch.last:
             want[(*key, c + width)] -= s
-    got, none = local_loop._unchunked(result, names, ch)
+    got, none = chunking.unchunked(result, names, ch)
     assert none is None and got.column_names == [*names, t, "diff"]
     if count == 1:
         return
     # the starts of chunks (but the first) where a group of chunks starts
     hold = data.draw(st.lists(st.sampled_from([t0 + k * width for k in range(1, count)]), unique=True, min_size=1))
-    free, held = local_loop._unchunked(result, names, ch, hold)
+    free, held = chunking.unchunked(result, names, ch, hold)
     assert held is not None and set(held.column(t).to_pylist()) <= set(hold)
     assert not set(free.column(t).to_pylist()) & set(hold)
     assert rows(pa.concat_tables([free, held])) == rows(got)
@@ -432,25 +435,25 @@ def test_answer_runs_explode_to_the_answer(data: st.DataObject, ndata: int, kind
         values = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=n, max_size=n))
         cols[c] = pa.array([None if v is None else (f"v{v}" if kind == "string" else [v] if kind == "list" else v)
                             for v in values], types[kind])
-    t = local_loop.leaves(1)[0]
+    t = translate.leaves(1)[0]
     cols[t] = pa.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), pa.int64())
     cols["diff"] = pa.array(data.draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), pa.int64())
     answer = pa.table(cols)
     if ordered and names and kind != "list":
         answer = answer.sort_by([(c, "ascending") for c in names])
     row = pa.struct([pa.field(t, pa.int64()), pa.field("diff", pa.int64())])
-    schema = pa.schema([*[answer.schema.field(c) for c in names], pa.field(local_loop.ROWS, pa.list_(row))])
+    schema = pa.schema([*[answer.schema.field(c) for c in names], pa.field(task.ROWS, pa.list_(row))])
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(local_loop, "RUN_ROWS", cap)
-        runs = local_loop._runs(answer, names, schema)
+        m.setattr(task, "RUN_ROWS", cap)
+        runs = task.runs(answer, names, schema)
     assert runs.schema == schema
     def hashable(v: Any) -> Any:
         return tuple(v) if isinstance(v, list) else v
 
     exploded = [(*(hashable(r[c]) for c in names), e[t], e["diff"]) for r in runs.to_pylist()
-                for e in r[local_loop.ROWS]]
+                for e in r[task.ROWS]]
     assert Counter(exploded) == Counter(tuple(map(hashable, r.values())) for r in answer.to_pylist())
-    sizes = [len(r[local_loop.ROWS]) for r in runs.to_pylist()]
+    sizes = [len(r[task.ROWS]) for r in runs.to_pylist()]
     assert all(0 < k <= cap for k in sizes)
     if kind == "list" and names:
         assert runs.num_rows == n

@@ -1,7 +1,7 @@
 """The size-tiered merge policy of loop traces (``iterate._tier_start``), without Spark.
 
 A batch is stood in for by the list of iterations it holds; merging concatenates, as
-``iterate._new_batch`` and ``iterate._pack_merge`` merge the batches from
+``iterate._new_batch`` and ``loop_packed._pack_merge`` merge the batches from
 ``_tier_start`` on with the newest.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from spark_differential.loop import iterate
+from spark_differential.trace import spine
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def _run(sizes: list[int], merges: list[int]) -> tuple[list, list[int]]:
             weights[start:] = [sum(weights[start:])]
         assert [x for b in batches for x in b] == list(range(i + 1)), "a merge lost or reordered batches"
         assert sum(weights) == sum(sizes[: i + 1])
-        assert len(batches) <= iterate.MAX_BATCHES
+        assert len(batches) <= spine.MAX_BATCHES
     return batches, weights
 
 
@@ -48,10 +49,10 @@ def test_a_settled_trace_is_not_rewritten_for_small_iterations(merges: list[int]
     assert batches[0] == [0]
     assert weights[0] == 5000
     assert len(batches) < 8
-    assert all(w_old > iterate.MERGE_RATIO * w_new for w_old, w_new in zip(weights, weights[1:]))
+    assert all(w_old > spine.MERGE_RATIO * w_new for w_old, w_new in zip(weights, weights[1:]))
 
 
 def test_batches_are_capped(merges: list[int]) -> None:
     batches, _ = _run([10 ** (12 - i) for i in range(12)], merges)  # each far smaller than the last: never by ratio
-    assert len(batches) == iterate.MAX_BATCHES
+    assert len(batches) == spine.MAX_BATCHES
     assert merges and all(n == 2 for n in merges)

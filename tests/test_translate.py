@@ -199,7 +199,7 @@ def test_relations_give_sparks_rows(spark):
     import pyarrow as pa
 
     from spark_differential.core.session import is_connect
-    from spark_differential.engine.distributed import arrow_schema
+    from spark_differential.engine.kernel_form import arrow_schema
     from spark_differential.intask.translate import NoArrow, evaluate
     from spark_differential.kernels import duck
 
@@ -267,7 +267,7 @@ def test_loop_sources_held_and_counted_without_a_job(spark):
     stage); a join is computed by a plan of its own.  On Connect the client's plan is read
     (local rows counted from its Arrow table), on a classic session Spark's statistics."""
     from spark_differential.core.session import is_connect
-    from spark_differential.intask.loop import _estimated_rows
+    from spark_differential.intask.sources import estimated_rows as _estimated_rows
 
     local = spark.createDataFrame(ROWS, SCHEMA)
     assert _estimated_rows([local.where(F.col("x") > 0).select("x", *KEEP)])[1] is True

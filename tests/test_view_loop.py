@@ -36,7 +36,8 @@ from spark_differential.core import lattice as L
 from spark_differential.core.collection import inspect
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import loop as view_loop
-from spark_differential.intask import loop as local_loop
+from spark_differential.intask import iteration
+from spark_differential.intask import step as intask_step
 
 P2 = Product([Total(), Total()])
 LATS = {"int": (Total(), L.Total()), "product2": (P2, L.Product((("a", L.Total()), ("b", L.Total()))))}
@@ -136,7 +137,7 @@ def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int) -
             assert table.schema == sp.schema
     edges, roots = inputs["edges"], inputs["roots"]
     whole = [arrow(cols, inputs[k].updates, lat, body, k) for cols, k in zip(program.sources, kinds)]
-    once, _, _ = local_loop.iterate(program, whole)
+    once, _, _ = iteration.iterate(program, whole)
     last = steps[-1][0]  # what the view returned and what it owes: the times not in the future of the last frontier
 
     def done(updates: list) -> list:
@@ -246,14 +247,14 @@ def test_a_first_update_is_semi_naive(recorded, monkeypatch) -> None:
     program, kinds = recorded[("int", "bfs")]
     n = 80
     counted = [0]
-    kernel_input = local_loop._kernel_input
+    kernel_input = intask_step.kernel_input
 
     def counting(*args: Any, **kwargs: Any) -> pa.Table:
         out = kernel_input(*args, **kwargs)
         counted[0] += out.num_rows
         return out
 
-    monkeypatch.setattr(local_loop, "_kernel_input", counting)
+    monkeypatch.setattr(intask_step, "kernel_input", counting)
     new = {"roots": [((0,), 0, 1)], "edges": [((i, i + 1), 0, 1) for i in range(n)]}
     sources = [arrow(cols, new[k], lat, "bfs", k) for cols, k in zip(program.sources, kinds)]
     state = [sp.schema.empty_table() for sp in view_loop.specs(program)]

@@ -47,8 +47,8 @@ _EPOCH_NAIVE = _dt.datetime(1970, 1, 1)
 
 Leaves = tuple[int, ...]
 
-_INTEGRAL_KINDS = ("long", "int", "short", "byte")
-TOTAL_KINDS = (*_INTEGRAL_KINDS, "date", "timestamp", "timestamp_ntz")
+INTEGRAL_KINDS = ("long", "int", "short", "byte")
+TOTAL_KINDS = (*INTEGRAL_KINDS, "date", "timestamp", "timestamp_ntz")
 
 
 def _and(parts: Sequence[str]) -> str:
@@ -201,7 +201,7 @@ class Total(TimeType):
 
     def encode_value(self, value: Any) -> Leaves:
         k = self.kind
-        if k in _INTEGRAL_KINDS:
+        if k in INTEGRAL_KINDS:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise FrontierError(f"expected an integer time for a {self.describe()} time, got {value!r}")
             return (int(value),)
@@ -220,7 +220,7 @@ class Total(TimeType):
 
     def decode_value(self, leaves: Sequence[int]) -> Any:
         v = int(leaves[0])
-        if self.kind in _INTEGRAL_KINDS:
+        if self.kind in INTEGRAL_KINDS:
             return v
         if self.kind == "date":
             return _EPOCH_DATE + _dt.timedelta(days=v)
@@ -244,7 +244,7 @@ class Total(TimeType):
     def encode_column(self, col: Any) -> list[Any]:
         from pyspark.sql import functions as F
 
-        if self.kind in _INTEGRAL_KINDS:
+        if self.kind in INTEGRAL_KINDS:
             return [col.cast("long")]
         if self.kind == "date":
             return [F.unix_date(col).cast("long")]
@@ -257,7 +257,7 @@ class Total(TimeType):
         from pyspark.sql import functions as F
 
         c = cols[0]
-        if self.kind in _INTEGRAL_KINDS:
+        if self.kind in INTEGRAL_KINDS:
             return c.cast(self.spark_type())
         if self.kind == "date":
             return F.date_from_unix_date(c.cast("int"))

@@ -69,9 +69,13 @@ def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
+_REGISTERED: dict[str, Callable[..., Any]] = {}  # every method registered so far, by name
+
+
 def register(methods: dict[str, Callable[..., Any]], connect: bool = False) -> None:
     """Set ``methods`` on ``pyspark.sql.DataFrame``; refuse to shadow foreign attributes
     (of Spark Connect's DataFrame too when it is loaded, or ``connect``)."""
+    _REGISTERED.update(methods)
     classes = _dataframe_classes(connect)
     base = classes[0]
     for name, fn in methods.items():
@@ -86,10 +90,17 @@ def register(methods: dict[str, Callable[..., Any]], connect: bool = False) -> N
         setattr(base, name, _as_method(fn))
 
 
+def register_again(connect: bool = False) -> None:
+    """:func:`register` every method registered so far again (``sd.session(remote=...)``, once
+    the Connect client is loaded: its DataFrame class is then checked too)."""
+    register(dict(_REGISTERED), connect=connect)
+
+
 def unregister(names: list[str]) -> None:
     """Remove methods set by :func:`register` (used by tests)."""
     from pyspark.sql import DataFrame
 
     for name in names:
+        _REGISTERED.pop(name, None)
         if getattr(DataFrame.__dict__.get(name), _MARK, False):
             delattr(DataFrame, name)

@@ -22,6 +22,7 @@ import warnings
 import weakref
 from typing import Any
 
+from spark_differential.core.registration import register_again
 from spark_differential.errors import EnvironmentError_
 
 log = logging.getLogger("spark_differential")
@@ -152,10 +153,7 @@ def _connect_session(remote: str, app_name: str, extra: dict[str, str]) -> Any:
                 "stop the classic one first (spark.stop()), or run the Connect work in another process."
             ) from e
         raise
-    from spark_differential import METHODS
-    from spark_differential.core.registration import register
-
-    register(METHODS, connect=True)  # now that the Connect client is loaded: check its DataFrame class too
+    register_again(connect=True)  # now that the Connect client is loaded: check its DataFrame class too
     release_at_exit(spark)
     if local and not started:
         from pyspark import SparkContext

@@ -1,126 +1,221 @@
-"""The session's settings read once per ``dd_iterate`` call on Spark Connect.
+"""Every setting of the library, in one place: its key, its default and how it is read.
 
-On Spark Connect every ``spark.conf.get`` is a request to the server.  A loop reads about
-twenty settings (shuffle partitions, buckets, the in-task path's ``localRows`` /
-``localThreads`` / ``chunkRows`` / ``localSpread``, ANSI, Arrow's large types, the master,
-the loop's own adaptive-execution settings, ...): twenty-five requests per call.  Inside
-:func:`snapshot` they are answered from one ``GetAll`` request made when the block starts;
-the loop's own changes (:func:`set_many`, :func:`unset_many`) are one request each and
-update the snapshot.  The snapshot lives for one call: a setting the user changes between
-calls is read by the next call.  On a classic session a read is one py4j call and nothing
-changes.
+Not about ``(data, time, diff)`` directly: these settings choose *where* the same
+computation runs (how many key buckets, which loops and pipelines run inside one task,
+how a loop cuts time into chunks), never what it computes.  Each function reads one
+setting of a session through :mod:`spark_differential.core.conf` (one request per call
+on Spark Connect inside a :func:`~spark_differential.core.conf.snapshot`), checks it and
+returns it parsed; a malformed value raises
+:class:`~spark_differential.errors.ConfigurationError` naming the key and what it takes.
 
-What a read returns is what ``spark.conf.get(key, default)`` would: the value set on the
-session (explicitly, or from the Spark configuration it started with), else ``default``;
-without a default, a key not set is asked from the server (its registered default).
+==========================================================  =====================================
+key                                                         what it says (default)
+==========================================================  =====================================
+``spark_differential.iterate.localRows``                    input rows a loop may hold to run inside one task
+                                                            (1,000,000; 2,500,000 on a local master; ``0``/``off``: never)
+``spark_differential.iterate.localThreads``                 threads a loop inside one task runs its groups
+                                                            of time chunks on (the cores of ``local[N]``, at most 4; else 1)
+``spark_differential.iterate.localSpread``                  ``off`` or ``always`` (time chunks over one task per partition)
+``spark_differential.iterate.chunkRows``                    updates per time chunk (``auto``; ``0``/``off``: never)
+``spark_differential.pipeline.localRows``                   source rows of a small pipeline run inside one task
+                                                            (100,000; ``0``: never)
+``spark_differential.buckets_per_partition``                key buckets per shuffle partition (2)
+==========================================================  =====================================
 
 >>> import spark_differential as sd
->>> from spark_differential.core import settings as _conf
+>>> from spark_differential.core import settings
 >>> spark = sd.session()
->>> with _conf.snapshot(spark):
-...     _conf.get(spark, "spark.sql.shuffle.partitions") == spark.conf.get("spark.sql.shuffle.partitions")
-True
+>>> settings.pipeline_rows(spark)
+100000
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+import os
+import re
 from typing import Any
 
-_NO_DEFAULT = object()
+from spark_differential.core import conf
+from spark_differential.core.session import is_connect
+from spark_differential.errors import ConfigurationError
+
+LOCAL_ROWS = "spark_differential.iterate.localRows"
+DEFAULT_ROWS = 1_000_000
+# on a local master the task's Python worker shares the driver's machine, with no executor
+# container whose memory limit it counts against: 10^6-change BFS (2,002,001 input rows) runs
+# in one task at a peak of about 3.5 GB there
+DEFAULT_ROWS_LOCAL = 2_500_000
+
+LOCAL_THREADS = "spark_differential.iterate.localThreads"
+DEFAULT_THREADS = 1
+# on a ``local[N]`` master the loop's one task leaves the other cores idle: 10^5-change BFS
+# (distinct times) took 3.2-3.3 s with 2 threads against 4.5-5.2 s with one, on 2 cores
+MAX_LOCAL_THREADS = 4
+# below this many (chunked) input rows threads cost more than they save (10^4-change BFS, 22,001
+# input rows: 1.02 s with 2 threads against 0.79 s with one)
+THREAD_MIN_ROWS = 100_000
+
+LOCAL_SPREAD = "spark_differential.iterate.localSpread"
+CHUNK_ROWS = "spark_differential.iterate.chunkRows"
+
+PIPELINE_ROWS = "spark_differential.pipeline.localRows"
+DEFAULT_PIPELINE_ROWS = 100_000
+
+BUCKETS_PER_PARTITION = "spark_differential.buckets_per_partition"
+DEFAULT_BUCKETS_PER_PARTITION = 2
+
+_OFF = ("off", "false", "none", "")
 
 
-class _Snapshot:
-    """The settings of one Connect session for one block: ``values`` (every setting the
-    session has, from one ``GetAll``) and ``registered`` (the registered defaults of keys
-    read without a default and not set, asked once each)."""
-
-    def __init__(self, spark: Any, values: dict[str, str]) -> None:
-        self.spark = spark
-        self.values = values
-        self.registered: dict[str, Any] = {}
-
-
-_ACTIVE: contextvars.ContextVar[_Snapshot | None] = contextvars.ContextVar("spark_differential_conf", default=None)
-
-
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def _mine(spark: Any) -> _Snapshot | None:
-    snap = _ACTIVE.get()
-    return snap if snap is not None and snap.spark is spark else None
-
-
-@contextlib.contextmanager
-def snapshot(spark: Any) -> Iterator[None]:
-    """Within the block, settings of a Spark Connect ``spark`` are read from one request
-    (nothing changes on a classic session).  Nested blocks on the same session share the
-    outer snapshot."""
-    if _mine(spark) is not None or not _is_connect(spark):
-        yield
-        return
-    try:
-        values = dict(spark.conf.getAll)  # one request: every setting of the session
-    except Exception:  # noqa: BLE001 - a server refusing GetAll: each setting read as asked
-        yield
-        return
-    token = _ACTIVE.set(_Snapshot(spark, values))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def get(spark: Any, key: str, default: Any = _NO_DEFAULT) -> Any:
-    """``spark.conf.get(key[, default])``, answered from the active :func:`snapshot` if any."""
-    snap = _mine(spark)
-    if snap is None:
-        return spark.conf.get(key) if default is _NO_DEFAULT else spark.conf.get(key, default)
-    if key in snap.values:
-        return snap.values[key]
-    if default is not _NO_DEFAULT:
-        return default
-    if key not in snap.registered:
-        snap.registered[key] = spark.conf.get(key)
-    return snap.registered[key]
-
-
-def set_many(spark: Any, pairs: Mapping[str, str]) -> None:
-    """Set several settings (one request on Spark Connect) and the active snapshot with them."""
-    if not pairs:
-        return
-    if _is_connect(spark) and hasattr(spark.conf, "_set_all"):
-        spark.conf._set_all(dict(pairs), silent=False)
-    else:
-        for k, v in pairs.items():
-            spark.conf.set(k, v)
-    snap = _mine(spark)
-    if snap is not None:
-        snap.values.update({k: str(v) for k, v in pairs.items()})
-
-
-def unset_many(spark: Any, keys: Sequence[str]) -> None:
-    """Unset several settings (one request on Spark Connect) and forget them in the snapshot."""
-    if not keys:
-        return
-    done = False
-    if _is_connect(spark):
+def master(spark: Any) -> str:
+    """The session's master URL (``""`` when unknown): the SparkContext's on a classic
+    session, the server's ``spark.master`` setting on Spark Connect."""
+    if is_connect(spark):
         try:
-            from pyspark.sql.connect import proto
+            return str(conf.get(spark, "spark.master", "") or "")
+        except Exception:  # noqa: BLE001 - a server that does not say
+            return ""
+    try:
+        return str(spark.sparkContext.master)
+    except Exception:  # noqa: BLE001 - a session without a SparkContext
+        return ""
 
-            op = proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=list(keys)))
-            spark.client.config(op)
-            done = True
-        except ImportError:  # pragma: no cover - other PySpark layouts
-            done = False
-    if not done:
-        for k in keys:
-            spark.conf.unset(k)
-    snap = _mine(spark)
-    if snap is not None:
-        for k in keys:
-            snap.values.pop(k, None)
+
+def default_rows(spark: Any) -> int:
+    """The default of ``localRows``: :data:`DEFAULT_ROWS`, or :data:`DEFAULT_ROWS_LOCAL` on a
+    ``local``/``local-cluster`` master (executors on the driver's machine; on Spark Connect,
+    the server's machine)."""
+    return DEFAULT_ROWS_LOCAL if master(spark).startswith("local") else DEFAULT_ROWS
+
+
+def local_rows(spark: Any) -> int:
+    """Input rows a loop may have to run inside one task (``0``: never)."""
+    default = default_rows(spark)
+    try:
+        raw = str(conf.get(spark, LOCAL_ROWS, str(default))).strip().lower()
+    except Exception:  # noqa: BLE001 - a session without runtime conf
+        return default
+    if raw in _OFF:
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ConfigurationError(f"{LOCAL_ROWS} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+
+
+def default_threads(spark: Any) -> int:
+    """The default of ``localThreads``: the cores of a ``local[N]``/``local[*]`` master (at
+    most :data:`MAX_LOCAL_THREADS`), else :data:`DEFAULT_THREADS` (on a cluster, or
+    ``local-cluster``, other tasks may use the executor's other cores)."""
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master(spark).strip())
+    if m is None:
+        return DEFAULT_THREADS
+    cores = (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+    return max(1, min(cores, MAX_LOCAL_THREADS))
+
+
+def local_threads(spark: Any) -> int:
+    """Threads a loop inside one task may run its groups of time chunks on."""
+    default = default_threads(spark)
+    try:
+        raw = str(conf.get(spark, LOCAL_THREADS, str(default))).strip()
+    except Exception:  # noqa: BLE001 - a session without runtime conf
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigurationError(f"{LOCAL_THREADS} must be a positive number of threads; got {raw!r}")
+    return value
+
+
+def thread_min_rows(spark: Any) -> int:
+    """Rows below which a loop inside one task runs on one thread: :data:`THREAD_MIN_ROWS`
+    under the default thread count, none when ``localThreads`` is set explicitly."""
+    try:
+        explicit = conf.get(spark, LOCAL_THREADS, None) is not None
+    except Exception:  # noqa: BLE001 - a session without runtime conf
+        explicit = False
+    return 0 if explicit else THREAD_MIN_ROWS
+
+
+def local_spread(spark: Any) -> bool:
+    """``localSpread``: ``off`` (the default: one task) or ``always`` (time chunks planned on
+    the driver, one task per partition).  Measured slower than one task at 10^5 BFS changes
+    and than the distributed loop at 10^6 (docs/performance.md), so never chosen by itself."""
+    raw = str(conf.get(spark, LOCAL_SPREAD, "off")).strip().lower()
+    if raw not in ("off", "always"):
+        raise ConfigurationError(f"{LOCAL_SPREAD} must be 'off' or 'always'; got {raw!r}")
+    return raw == "always"
+
+
+def chunk_rows(spark: Any) -> int | None:
+    """Updates per time chunk from ``chunkRows``: a number, ``auto`` (``None``) or
+    ``0``/``off`` (never slice, returned as ``0``)."""
+    try:
+        raw = str(conf.get(spark, CHUNK_ROWS, "auto")).strip().lower()
+    except Exception:  # noqa: BLE001 - a session without runtime conf
+        raw = "auto"
+    if raw in ("auto", ""):
+        return None
+    if raw in ("off", "false", "none", "0"):
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{CHUNK_ROWS} must be a positive number of updates per chunk, 'auto' or 'off'; got {raw!r}"
+        ) from None
+    return max(0, value)
+
+
+def pipeline_rows(spark: Any) -> int:
+    """``pipeline.localRows``: at most this many source rows for a pipeline fused into one
+    task (``0``: never fuse)."""
+    raw = conf.get(spark, PIPELINE_ROWS, None)
+    if raw is None:
+        return DEFAULT_PIPELINE_ROWS
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigurationError(f"{PIPELINE_ROWS} must be a number of rows (0 disables fused pipelines); got {raw!r}")
+    return value
+
+
+def shuffle_partitions(spark: Any) -> int:
+    """``spark.sql.shuffle.partitions``: how many partitions the key buckets are spread over."""
+    try:
+        return max(1, int(conf.get(spark, "spark.sql.shuffle.partitions")))
+    except Exception:  # noqa: BLE001 - defensive
+        return 8
+
+
+def buckets(spark: Any) -> int:
+    """How many key buckets a stateful operator spreads its input over: the shuffle
+    partitions times ``buckets_per_partition``."""
+    try:
+        factor = int(conf.get(spark, BUCKETS_PER_PARTITION, str(DEFAULT_BUCKETS_PER_PARTITION)))
+    except Exception:  # noqa: BLE001 - defensive
+        factor = DEFAULT_BUCKETS_PER_PARTITION
+    return max(1, shuffle_partitions(spark) * factor)
+
+
+def large_var_types(spark: Any) -> bool:
+    """Whether the session sends strings and binaries to Python as Arrow's large types."""
+    try:
+        return str(conf.get(spark, "spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def ansi(spark: Any) -> bool:
+    """``spark.sql.ansi.enabled`` (what a translated expression must do on overflow)."""
+    return str(conf.get(spark, "spark.sql.ansi.enabled", "true")).lower() == "true"
+
+
+def case_sensitive(spark: Any) -> bool:
+    """``spark.sql.caseSensitive`` (how a Connect plan's column names resolve)."""
+    return str(conf.get(spark, "spark.sql.caseSensitive", "false")).strip().lower() == "true"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_differential.core import settings as _conf
+from spark_differential.core import conf as _conf
 from spark_differential.core.collection import DIFF, TIME, qcols
 from spark_differential.core.lattice import TimeType, Total
 

@@ -3,7 +3,7 @@
 On ``(data, time, diff)``.  Stage 2 calls a view's query on the *changes* of its
 inputs; a ``dd_iterate`` in it receives the changes of its roots and of the outer
 collections its body reads, and must return the change of its fixed point.  The loop
-is recorded as for the in-task path (:mod:`spark_differential.intask.loop`: the body's
+is recorded as for the in-task path (:mod:`spark_differential.intask`: the body's
 ``dd_*`` steps and the linear steps between them, translated) and run inside one
 Spark task against a stored state, the loop's **per-iteration traces**:
 
@@ -55,15 +55,31 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from pyspark.sql import DataFrame
+
+from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, quoted
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
+from spark_differential.core.names import SRC
+from spark_differential.engine.kernel_form import arrow_schema
+from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
+from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
+from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
+from spark_differential.intask.iteration import run_loop
+from spark_differential.intask.program import Program, Stateful
+from spark_differential.intask.record import record as record_body
+from spark_differential.intask.sources import source_table, tag_name, tag_source
+from spark_differential.intask.step import relation_rows, run_concat, unconsolidated, user_named
+from spark_differential.intask.translate import Untranslatable, leaves
+from spark_differential.kernels.common import NEW, D, conform, times
+from spark_differential.loop.iterate import check_body_output, new_loop_time, rule_checked
+from spark_differential.trace.arrow import ArrowTrace, concat_tables, consolidated
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
 
 IT = "_sd_it"  # the iteration a stored trace row entered its step at
-LOOP = "loop"  # what a loop's traces hold (traces.Operator.sides): per-iteration updates, rewritten whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +94,6 @@ class Spec:
 
 def specs(program: Any) -> list[Spec]:
     """The stored traces of a recorded loop, in order: every input of every stateful step."""
-    from spark_differential.intask.loop import Stateful
-    from spark_differential.kernels.common import NEW
 
     out = []
     for s, step in enumerate(program.steps):
@@ -120,25 +134,9 @@ def _by_iteration(table: pa.Table) -> dict[int, pa.Table]:
     return {int(i): rest.filter(pa.array(its == i)) for i in np.unique(its)}
 
 
-def _advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf_cols: Sequence[str],
-              diff: str) -> pa.Table:
-    """``table``'s time leaves advanced to ``frontier`` and its rows consolidated (seed 004)."""
-    from spark_differential.intask.loop import _consolidate
-
-    if table.num_rows == 0:
-        return table
-    if frontier:
-        t = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in leaf_cols])
-        adv = ttype.np_advance(t, frontier)
-        for j, c in enumerate(leaf_cols):
-            table = table.set_column(table.schema.get_field_index(c), c, pa.array(adv[:, j]))
-    return _consolidate(table, [c for c in table.column_names if c != diff], diff=diff)
-
-
 def _early(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], width: int) -> Any:
     """Which rows of a loop source (time leaves ``leaves(width)``) are at times in the future of
     ``frontier`` (a numpy mask)."""
-    from spark_differential.intask.loop import leaves
 
     mask = np.zeros(table.num_rows, dtype=bool)
     if table.num_rows and frontier:
@@ -162,10 +160,8 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     output at times in the future of ``t`` only), and until their time is complete the loop
     would see a collection no one-shot run sees (a retraction delivered before its insertion:
     a negative edge, over which a loop such as reachability need not reach a fixed point)."""
-    from spark_differential.intask.loop import Stateful, _unconsolidated
-    from spark_differential.kernels.common import D, conform, times
 
-    steps = [_unconsolidated(s) for s in program.steps]
+    steps = [unconsolidated(s) for s in program.steps]
     spec_list = specs(program)
     held = []
     due = []
@@ -186,13 +182,14 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     for sp in spec_list:
         parts = pieces[(sp.step, sp.input)]
         table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
-        new_state.append(conform(_advanced(table, ttype, frontier, times(program.width), D), sp.schema))
+        leaf_cols = times(program.width)
+        new_state.append(conform(consolidated(table, [c for c in table.column_names if c != D], D, ttype, frontier,
+                                              leaf_cols), sp.schema))
     return dv, new_state, held
 
 
 def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
     """A step input's kernel rows (``_new`` dropped) as rows of its stored trace at iteration ``i``."""
-    from spark_differential.kernels.common import NEW, D
 
     rows = table.drop_columns([NEW]) if NEW in table.column_names else table
     rows = _negated(rows, D) if negate else rows
@@ -202,7 +199,7 @@ def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
 def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
            pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
     """A loop's update over an empty stored state (a view's first update), **semi-naively**: the
-    in-task loop (:func:`spark_differential.intask.loop._loop`, no time chunks) over the changes,
+    in-task loop (:func:`spark_differential.intask.iteration.run_loop`, no time chunks) over the changes,
     each iteration feeding its steps only the loop variable's change, and the new updates every
     stateful step input receives at iteration ``i`` kept as the new state's ``B'_i`` (in
     ``pieces``).  Returns the loop's fixed point over the changes (the change of the old one,
@@ -220,17 +217,14 @@ def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     point and :class:`~spark_differential.errors.IterationLimitExceeded` are the same (the state
     equal once consolidated); only the work differs: the sum over the iterations of the loop
     variable's changes instead of its whole values (iterations x state)."""
-    from spark_differential.errors import IterationLimitExceeded
-    from spark_differential.intask.loop import _consolidate, _loop
-    from spark_differential.kernels.common import conform
 
     def record(s: int, k: int, i: int, rows: pa.Table) -> None:
         pieces[(s, k)].append(_piece(rows, i))
 
-    result, history = _loop(program, steps, sources, record)
+    result, history = run_loop(program, steps, sources, record)
     if history[-1]:  # max_iterations stopped the loop
         raise IterationLimitExceeded.of(program.max_iterations, len(history), history[-1])
-    return conform(_consolidate(result, program.roots.names[:-1]), program.roots)
+    return conform(consolidated(result, program.roots.names[:-1]), program.roots)
 
 
 def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
@@ -240,32 +234,19 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     ``last`` its last iteration), as the module docstring says: each iteration's steps over the
     accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
     put in ``pieces``.  Returns the change of the loop's fixed point."""
-    from spark_differential.errors import IterationLimitExceeded
-    from spark_differential.intask.loop import (
-        Stateful,
-        _concat,
-        _consolidate,
-        _kernel_input,
-        _relation,
-        _run_concat,
-        _Trace,
-        leaves,
-        user_named,
-    )
-    from spark_differential.kernels.common import NEW, conform
 
     width = program.width
     cols = [*program.data, *leaves(width), DIFF]
-    traces: dict[tuple[int, int], _Trace] = {}
+    traces: dict[tuple[int, int], ArrowTrace] = {}
     outer: dict[tuple[int, int], pa.Table] = {}  # an outer collection's change, entering at every iteration
     for s, step in enumerate(steps):
         if isinstance(step, Stateful):
             for k, inp in enumerate(step.inputs):
-                traces[(s, k)] = _Trace(inp.schema, step.key_cols)
+                traces[(s, k)] = ArrowTrace(inp.schema, step.key_cols)
                 if inp.relation is None:
-                    outer[(s, k)] = _kernel_input(sources[inp.source], inp, True, width)  # type: ignore[index]
+                    outer[(s, k)] = in_task.kernel_input(sources[inp.source], inp, True, width)  # type: ignore[index]
     before: dict[tuple[int, int], pa.Table | None] = dict.fromkeys(traces)  # D_{i-1}
-    dv = conform(_consolidate(conform(sources[0], program.roots), cols[:-1]), program.roots)
+    dv = conform(consolidated(conform(sources[0], program.roots), cols[:-1]), program.roots)
     i = 0
     while True:
         for key, trace in traces.items():
@@ -277,14 +258,14 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
         tables = {"v": dv}
         for s, step in enumerate(steps):
             if not isinstance(step, Stateful):
-                tables[step.name] = _run_concat(step, tables, sources, 0)  # outer parts: at every iteration
+                tables[step.name] = run_concat(step, tables, sources, 0)  # outer parts: at every iteration
                 continue
             news = []
             for k, inp in enumerate(step.inputs):
                 if inp.relation is None:
                     new = outer[(s, k)]
                 else:
-                    new = _kernel_input(_relation(inp.relation, tables), inp, True, width)
+                    new = in_task.kernel_input(relation_rows(inp.relation, tables), inp, True, width)
                 news.append(new)
                 if new.num_rows:
                     pieces[(s, k)].append(_piece(new, i))
@@ -296,11 +277,11 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
             if not present:
                 out = step.out_schema.empty_table()
             else:
-                sides = [_concat([traces[(s, k)].touching(present), new], inp.schema)
+                sides = [concat_tables([traces[(s, k)].touching(present), new], inp.schema)
                          for k, (inp, new) in enumerate(zip(step.inputs, news))]
                 out = conform(step.kernel(step.params, *sides), step.out_schema)
             tables[step.name] = user_named(step, out)
-        nxt = conform(_consolidate(_relation(program.output, tables).rename_columns(cols), cols[:-1]), program.roots)
+        nxt = conform(consolidated(relation_rows(program.output, tables).rename_columns(cols), cols[:-1]), program.roots)
         if i + 1 > last and _same(nxt, dv):
             break
         i += 1
@@ -313,8 +294,6 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
 def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
     """``table``'s rows as rows of the task's one output (``schema``: the kind column, then every
     stored collection's physical columns; the others null)."""
-    from spark_differential.incremental.traced import KIND
-    from spark_differential.kernels.common import conform
 
     n = table.num_rows
     mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # traces.physical's names
@@ -333,7 +312,6 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
-        from spark_differential.intask.loop import SRC, _source_table, _tag
 
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None
@@ -341,11 +319,11 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             return
         src = table.column(SRC)
         n = len(program.sources)
-        sources = [_source_table(table.filter(pc.equal(src, j)), j, c) for j, c in enumerate(program.sources)]
+        sources = [source_table(table.filter(pc.equal(src, j)), j, c) for j, c in enumerate(program.sources)]
         state = []
         for k, sp in enumerate(specs(program)):
             part = table.filter(pc.equal(src, n + k))
-            state.append(pa.Table.from_arrays([part.column(_tag(n + k, i)) for i in range(len(sp.schema))],
+            state.append(pa.Table.from_arrays([part.column(tag_name(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
         out, new_state, held = loop_update(program, sources, state, ttype, frontier)
         for t, rows in [(out_tag, out), *zip(tags, new_state), *zip(held_tags, held)]:
@@ -366,31 +344,16 @@ def _spark_schema(schema: pa.Schema) -> Any:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
 
 
-def record(df: Any, cs: CollectionSchema, body: Callable[[Any], Any], max_iterations: int | None,
-           run: Any = None) -> tuple[Any, list[Any]]:
+def record(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame],
+           max_iterations: int | None) -> tuple[Program, list[DataFrame]]:
     """``df.dd_iterate(body)`` recorded as for the in-task path (no Spark job): its
-    :class:`~spark_differential.intask.loop.Program`, in one task and without time chunks, and its
+    :class:`~spark_differential.intask.program.Program`, in one task and without time chunks, and its
     sources (the roots first).  Raises :class:`~spark_differential.intask.translate.Untranslatable` for
-    a body the in-task path cannot run.  ``run``: the view's update calling it (the body's
-    operators then go to the recorder, not to the view)."""
-    from spark_differential.core.lattice import Loop
-    from spark_differential.intask import loop as local_loop
-    from spark_differential.loop import iterate as _it
-
-    loop_t = Loop(cs.ttype, next(_it._LOOP_IDS))
-    ctx = _it.LoopContext(loop_t, df.sparkSession, None)
-    _it._stack().append(ctx)
-    if run is not None:
-        run.loop_recording += 1
-    try:
-        program, sources = local_loop.record(
-            df, loop_t, cs, _it._rule_checked(body), ctx,
-            lambda out: _it._check_body_output(out, cs, loop_t, select=False), max_iterations, 0)
-    finally:
-        if run is not None:
-            run.loop_recording -= 1
-        _it._stack().pop()
-        ctx.release()
+    a body the in-task path cannot run.  The recorder is the innermost handler while the body is
+    called: the body's calls on the loop's collections are recorded, the others reach the view."""
+    loop_t = new_loop_time(cs)
+    program, sources = record_body(df, loop_t, cs, rule_checked(body),
+                                   lambda out: check_body_output(out, cs, loop_t, select=False), max_iterations, 0)
     return dataclasses.replace(program, chunk_rows=0, threads=1, local_rows=0), sources
 
 
@@ -402,17 +365,12 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from spark_differential.engine.distributed import arrow_schema
-    from spark_differential.errors import IncrementalStateError
-    from spark_differential.incremental.traced import KIND, Operator, physical, tag
-    from spark_differential.intask import loop as local_loop
-    from spark_differential.intask.translate import Untranslatable
 
     spark = df.sparkSession
     data = list(cs.data_cols)
     user = df.select(*[F.col(quoted(c)) for c in data], TIME, DIFF).schema
     try:
-        program, sources = record(df, cs, body, max_iterations, run)
+        program, sources = record(df, cs, body, max_iterations)
     except Untranslatable as e:
         why = f"dd_iterate (its body cannot run inside one task: {e})"
         if run.probe:
@@ -428,21 +386,21 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     if run.probe:
         # the loop's state lives in one task: a first update larger than an in-task loop may hold
         # (the one-shot path's threshold) keeps the view in stage 1, whose loop runs distributed
-        limit = local_loop.rows_setting(spark)
+        limit = settings.local_rows(spark)
         estimate = run.first_rows
         if limit == 0 or estimate > limit:
-            why = (f"{local_loop.CONF} is 0: loops never run inside one task" if limit == 0 else
+            why = (f"{settings.LOCAL_ROWS} is 0: loops never run inside one task" if limit == 0 else
                    f"the first update has {estimate} input rows by Spark's estimate, more than "
-                   f"{local_loop.CONF}={limit} lets one task hold")
+                   f"{settings.LOCAL_ROWS}={limit} lets one task hold")
             run.blockers.append(f"dd_iterate ({why})")
             return spark.createDataFrame([], user)
     spec_list = specs(program)
     schemas = [_spark_schema(sp.schema) for sp in spec_list]
     n = len(sources)
-    parts = [local_loop.tag_source(src, j, [c for c in cols if c not in (DIFF, *local_loop.leaves(program.width))],
+    parts = [tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))],
                                    cs.ttype) for j, (src, cols) in enumerate(zip(sources, program.sources))]
     # each source's changes held back (at times in the future of the frontier: loop_update), as the task reads them
-    held_schemas = [T.StructType([f for f in p.schema.fields if f.name != local_loop.SRC]) for p in parts]
+    held_schemas = [T.StructType([f for f in p.schema.fields if f.name != SRC]) for p in parts]
     slot = len(run.operators)
     me = Operator("dd_iterate", (*schemas, *held_schemas), (LOOP,) * (len(schemas) + n))
     run.operators.append(me)
@@ -455,16 +413,16 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     held_tags = [tag(slot, len(spec_list) + j) for j in range(n)]
     union = None
     for j, (part, t, schema) in enumerate(zip(parts, held_tags, held_schemas)):
-        before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(local_loop.SRC), *schema.names)
+        before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(SRC), *schema.names)
         part = part.unionByName(before)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     for k, (t, schema) in enumerate(zip(tags, schemas)):
         stored = run.read(run.traces.get(t, []), schema, t)
-        part = stored.select(F.lit(n + k).alias(local_loop.SRC),
-                             *[F.col(f.name).alias(local_loop._tag(n + k, i)) for i, f in enumerate(schema.fields)])
+        part = stored.select(F.lit(n + k).alias(SRC),
+                             *[F.col(f.name).alias(tag_name(n + k, i)) for i, f in enumerate(schema.fields)])
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     out_tag = f"s{slot}_out"
-    leaf_names = local_loop.leaves(program.width)
+    leaf_names = leaves(program.width)
     out_schema = T.StructType([*[T.StructField(f.name, f.dataType, True) for f in user.fields if f.name in data],
                                *[T.StructField(c, T.LongType(), True) for c in leaf_names],
                                T.StructField(DIFF, T.LongType(), True)])

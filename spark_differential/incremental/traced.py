@@ -50,9 +50,7 @@ empty inputs and the view then runs in stage 1.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,25 +58,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.lattice import Leaves, TimeType
-from spark_differential.core.scope import Entry
-from spark_differential.engine.distributed import (
-    BUCKET,
-    KEY_HASH,
-    Input,
-    _hashed_names,
-    bucket_sql,
-    finish,
-    key_hash,
-    prepare,
-    run_bucketed,
-    time_fields,
-)
+from spark_differential.core.lattice import Leaves, Loop, TimeType
+from spark_differential.core.names import BUCKET, KEY_HASH
+from spark_differential.engine.call import Below, Handler, LoopCall, StatefulCall
+from spark_differential.engine.distributed import run_bucketed
+from spark_differential.engine.kernel_form import Input, bucket_sql, finish, key_hash, prepare, time_fields
+from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental.loop import loop_in_view
+from spark_differential.incremental.storage import ROWS, TOTALS, Operator, tag
+from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels import totals as ktotals
 from spark_differential.kernels.common import NEW, D, keys, names, times
-
-_RUN: ContextVar[Run | None] = ContextVar("spark_differential_view_run", default=None)
 
 # write(subdirectory, [(tag, prepared rows, their schema)]) -> the files written, by tag (absent: no rows)
 Write = Callable[[str, Sequence[tuple[str, DataFrame, T.StructType]]], dict[str, str]]
@@ -86,64 +77,8 @@ Write = Callable[[str, Sequence[tuple[str, DataFrame, T.StructType]]], dict[str,
 Read = Callable[[Sequence[str], T.StructType, str], DataFrame]
 
 
-@dataclass(frozen=True)
-class Operator:
-    """One stateful operator of a view's query: its name, its traces' schemas in kernel form and
-    what each trace holds (``sides``: ``"rows"``, an input's updates; ``"totals"``, the per-key
-    totals of a count or sum, :mod:`spark_differential.kernels.totals`)."""
-
-    op: str
-    inputs: tuple[T.StructType, ...]
-    sides: tuple[str, ...] = ()
-
-    def side(self, j: int) -> str:
-        """What trace ``j`` holds (``"rows"`` unless said otherwise)."""
-        return self.sides[j] if j < len(self.sides) else ROWS
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "inputs": [s.jsonValue() for s in self.inputs], "sides": list(self.sides)}
-
-    @classmethod
-    def from_json(cls, m: dict[str, Any]) -> Operator:
-        return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]),
-                   tuple(str(x) for x in m.get("sides", [])))
-
-    def describe(self) -> str:
-        cols = " / ".join(", ".join(f.name for f in s.fields if f.name not in (BUCKET, KEY_HASH)) for s in self.inputs)
-        return f"{self.op}({cols})"
-
-
-ROWS, TOTALS = "rows", "totals"
-KIND = "_sd_kind"  # the partition column of a view's Parquet writes: which stored collection a row belongs to
-
-
-def physical(prefix: str, schema: T.StructType) -> list[str]:
-    """Column names of a stored collection in its version's Parquet writes (unique per collection)."""
-    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
-
-
-def tag(slot: int, side: int) -> str:
-    """The name of operator ``slot``'s trace of input ``side`` in the stored files."""
-    return f"s{slot}_{side}"
-
-
-def current() -> Run | None:
-    """The view update (or probe) running the query now, if any."""
-    return _RUN.get()
-
-
-@contextmanager
-def running(run: Run) -> Iterator[Run]:
-    """Route the stateful operators the block calls through ``run``."""
-    token = _RUN.set(run)
-    try:
-        yield run
-    finally:
-        _RUN.reset(token)
-
-
-@dataclass
-class Run:
+@dataclass(eq=False)
+class Run(Handler):
     """One call of a view's query in stage 2 (or a probe of it on empty inputs).
 
     ``probe``: nothing runs; each stateful operator returns an empty collection and
@@ -151,6 +86,10 @@ class Run:
     Otherwise each operator runs as the module docstring says, against
     ``expected`` (the operators stored with the view), reading its traces from
     ``traces`` (files by :func:`tag`) and adding its new files to ``added``.
+
+    A handler of :mod:`spark_differential.engine.call`, pushed for the extent of one call of
+    the query: every stateful call outside a ``dd_iterate`` body runs here, and a top-level
+    ``dd_iterate`` is kept by per-iteration traces (:mod:`spark_differential.incremental.loop`).
     """
 
     spark: SparkSession
@@ -174,29 +113,23 @@ class Run:
     write_wide: Callable[[str, DataFrame], dict[str, str]] | None = None
     # the traces of loops (spark_differential.incremental.loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
-    loop_recording: int = 0  # > 0 while a dd_iterate body is recorded (its operators go to the recorder)
     # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
     first_rows: int = 0
 
-    def takes(self, entries: Sequence[Entry]) -> bool:
-        """Whether this run handles an operator with these inputs (not one inside a ``dd_iterate`` body)."""
-        if any(e.in_loop for e in entries):
-            if self.loop_recording:  # recorded into the loop's program (spark_differential.incremental.loop)
-                return False
+    def stateful(self, call: StatefulCall, below: Below) -> DataFrame:
+        if call.in_loop:  # a body this view cannot keep (it would have been recorded, not run)
             if "dd_iterate" not in self.blockers:
                 self.blockers.append("dd_iterate")
-            return False
-        return True
+            return below(call)
+        return self._stateful(call.op, call.kernel, call.params, call.inputs, call.out_fields, call.out_columns,
+                              call.kernel_type)
 
-    def loop(self, df: DataFrame, cs: Any, body: Callable[[DataFrame], DataFrame],
-             max_iterations: int | None) -> DataFrame:
-        """A top-level ``dd_iterate`` of the query: kept by per-iteration traces, run inside one
-        task (:mod:`spark_differential.incremental.loop`)."""
-        from spark_differential.incremental.loop import loop_in_view
+    def iterate(self, call: LoopCall, below: Below) -> DataFrame:
+        if isinstance(call.cs.ttype, Loop):
+            return below(call)
+        return loop_in_view(self, call.df, call.cs, call.body, call.max_iterations)
 
-        return loop_in_view(self, df, cs, body, max_iterations)
-
-    def stateful(
+    def _stateful(
         self,
         op: str,
         kernel: Callable[..., Any],
@@ -392,10 +325,9 @@ def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
 
 def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:
     """Whether a stateful operator is a count or an exact sum (kept by per-key totals)."""
-    from spark_differential.kernels import reduce as kreduce
 
     return (kernel is kreduce.reduce and isinstance(params, kreduce.ReduceParams) and params.agg in ("count", "sum")
             and (params.agg == "count" or params.exact_sum))
 
 
-__all__ = ["Operator", "Run", "advanced", "advanced_totals", "current", "running", "tag"]
+__all__ = ["Operator", "Run", "advanced", "advanced_totals", "tag"]

@@ -109,7 +109,8 @@ from pyspark.sql import types as T
 from spark_differential.core.collection import DIFF, TIME, inspect, time_leaf_names
 from spark_differential.core.history import recording
 from spark_differential.core.lattice import Antichain, Leaves, Loop, TimeType, Total, from_spark_type
-from spark_differential.engine.distributed import buckets, shuffle_partitions
+from spark_differential.core.settings import buckets, shuffle_partitions
+from spark_differential.engine import call as seam
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -119,8 +120,10 @@ from spark_differential.errors import (
     from_job_failure,
 )
 from spark_differential.incremental import traced as _traces
-from spark_differential.incremental.loop import LOOP
-from spark_differential.incremental.traced import KIND, Operator
+from spark_differential.incremental.storage import KIND, LOOP, TOTALS, Operator, physical, tag
+from spark_differential.intask.sources import estimated_rows
+from spark_differential.io.tables import collection
+from spark_differential.operators.consolidate import dd_consolidate
 
 FORMAT = 3  # 3: stage 2 (per-operator traces); format 2 manifests (stage 1 only) are still read
 READS = (2, 3)
@@ -516,7 +519,7 @@ def _part(directory: str, tag: str, write: str = "data") -> str:
     return f"{directory}/{write}/{KIND}={tag}"
 
 
-_physical = _traces.physical
+_physical = physical
 
 
 def _tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFrame:
@@ -787,11 +790,10 @@ class IncrementalView:
             return 1, (0, 0), ()
         nparts = shuffle_partitions(self.spark)
         probe = _traces.Run(self.spark, ttype, buckets(self.spark), nparts, probe=True)
-        from spark_differential.intask.loop import _estimated_rows
 
-        probe.first_rows = _estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
+        probe.first_rows = estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
         empty = {n: self.spark.createDataFrame([], schema) for n, schema in schemas.items()}
-        with recording() as history_ops, _traces.running(probe):
+        with recording() as history_ops, seam.handling(probe):
             self.query(**empty)
         blockers = sorted(history_ops) + probe.blockers
         if not blockers:
@@ -832,7 +834,7 @@ class IncrementalView:
             read=self._read, where=self.path, frontier=new_front,
             write_wide=lambda sub, wide: self._write_wide(f"{directory}/{sub}", wide),
         )
-        with recording() as history_ops, _traces.running(run):
+        with recording() as history_ops, seam.handling(run):
             result = self.query(**changes)
         run.finished()
         blockers = sorted(history_ops) + run.blockers
@@ -858,12 +860,12 @@ class IncrementalView:
         traces: dict[str, list[str]] = {}
         for slot, operator in enumerate(run.operators):
             for side, schema in enumerate(operator.inputs):
-                t = _traces.tag(slot, side)
+                t = tag(slot, side)
                 old = old_traces.get(t, [])
                 if operator.side(side) == LOOP:  # a loop's traces: rewritten whole by its task (view_loop)
                     traces[t] = run.replaced.get(t, old)
                     continue
-                adv = _traces.advanced_totals if operator.side(side) == _traces.TOTALS else _traces.advanced
+                adv = _traces.advanced_totals if operator.side(side) == TOTALS else _traces.advanced
                 traces[t], merged = self._roll_trace(
                     old, run.added.get(t), directory, t, schema,
                     lambda files, t=t, schema=schema, adv=adv: adv(self._read(files, schema, t), ttype, new_front),
@@ -1177,7 +1179,6 @@ class IncrementalView:
         >>> fn(sd.session().createDataFrame([(1, 2, 3)], "src long, dst long, time long"), 0)
         0 [Row(src=1, count=1, time=3)]
         """
-        from spark_differential.core.collection import collection
 
         if late not in LATE_MODES:
             raise ValueError(f"foreach_batch: late must be one of {LATE_MODES}, got {late!r}")
@@ -1264,7 +1265,6 @@ def _consolidate(df: DataFrame) -> DataFrame:
 
 
 def _advance(df: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
-    from spark_differential.operators.consolidate import dd_consolidate
 
     return dd_consolidate(df, frontier=[ttype.decode_value(f) for f in frontier])
 

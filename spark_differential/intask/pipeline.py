@@ -43,134 +43,135 @@ import itertools
 import logging
 import re
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_differential.core import settings as _conf
-from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols
-from spark_differential.core.lazy import lazy
-from spark_differential.core.session import is_connect
-from spark_differential.intask.loop import (
-    _CONNECT_CACHED,
-    _CONNECT_HELD,
-    _HELD,
-    SRC,
-    KernelSchemas,
-    Stateful,
-    StepInput,
-    _connect_held,
-    _consolidate,
-    _kernel_input,
-    _relation,
-    _source_table,
-    tag_source,
-    translator_for,
-    user_named,
-)
-from spark_differential.intask.translate import Relation, Untranslatable, leaves, plan_of, quote
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from spark_differential.core import settings
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols, quoted
+from spark_differential.core.faults import fault_hook, faults_on
+from spark_differential.core.lazy import lazy
+from spark_differential.core.names import SRC
+from spark_differential.core.session import is_connect
+from spark_differential.engine.call import Below, Handler, StatefulCall
+from spark_differential.engine.kernel_form import time_fields
+from spark_differential.intask.program import Stateful, StepInput
+from spark_differential.intask.record import KernelSchemas, translator_for
+from spark_differential.intask.sources import CONNECT_CACHED, CONNECT_HELD, HELD, held_rows, source_table, tag_source
+from spark_differential.intask.step import kernel_input, relation_rows, user_named
+from spark_differential.intask.translate import Relation, Untranslatable, leaves, plan_of, quote
+from spark_differential.kernels.common import conform
+from spark_differential.trace.arrow import consolidated
+
+pc = lazy("pyarrow.compute")
 pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.fused")
 
-CONF = "spark_differential.pipeline.localRows"
-DEFAULT_ROWS = 100_000
 MAX_STEPS = 64  # operators in one fused pipeline (each later operator's call replays them all)
+KEEP = 64  # remembered operator outputs (and the operators fused after them)
 _NAME = re.compile(r"\$(p\d+)\b")
 _COUNTER = itertools.count()
 
 
-def rows_setting(spark: Any) -> int:
-    """``spark_differential.pipeline.localRows``: at most this many source rows for a fused
-    pipeline (0: never fuse)."""
-    from spark_differential.errors import ConfigurationError
+@dataclass(eq=False)
+class Remembered:
+    """A top-level stateful call whose output a later operator may read as a pipeline's step."""
 
-    raw = _conf.get(spark, CONF, None)
-    if raw is None:
-        return DEFAULT_ROWS
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigurationError(f"{CONF} must be a number of rows (0 disables fused pipelines); got {raw!r}")
-    return value
-
-
-@dataclass
-class Recipe:
-    """One stateful operator call, as :func:`spark_differential.engine.distributed.execute` got it."""
-
-    op: str
-    kernel: Callable[..., Any]
-    params: Any
-    inputs: Sequence[Any]  # execution.Input
-    out_fields: Sequence[Any]
-    out_columns: Sequence[tuple[str, str]]
-    kernel_type: Any
+    call: StatefulCall
+    df: DataFrame | None = None  # the output, once known (on Spark Connect plans know it by its plan node)
     name: str = field(default_factory=lambda: f"p{next(_COUNTER)}")
-    df: Any = None  # the output DataFrame, once remembered (on Spark Connect plans know it by its plan node)
     key: tuple[Any, int] | None = None  # classic: its analysed plan and that plan's hash code (read on first use)
     dead: bool = False  # it cannot be part of a pipeline (its sources or steps): not read as a leaf
-    # its inputs once read (Builder.inputs): a relation over remembered outputs, or a source's rows
+    # its inputs once read (_Builder.inputs): a relation over remembered outputs, or a source's rows
     read: list[tuple[Relation | None, int]] | None = None
-    deps: dict[str, Recipe] = field(default_factory=dict)  # the remembered outputs its relations read
+    deps: dict[str, Remembered] = field(default_factory=dict)  # the remembered outputs its relations read
 
-    def answer_fields(self, width: int) -> list[Any]:
+    def answer_fields(self, width: int) -> list[T.StructField]:
         """The fused task's output fields: the data's, the time's ``width`` leaves, diff."""
-        from pyspark.sql import types as T
-
-        return [*self.fields[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(width)],
+        return [*self.call.user_fields()[:-2], *[T.StructField(n, T.LongType(), True) for n in leaves(width)],
                 T.StructField(DIFF, T.LongType(), True)]
 
-    @property
-    def fields(self) -> list[Any]:
-        """The output's user-named Spark fields (data, time, diff)."""
-        from pyspark.sql import types as T
 
-        by_internal = {f.name: f for f in self.out_fields}
-        return [*[T.StructField(user, by_internal[internal].dataType, True) for internal, user in self.out_columns],
-                T.StructField(TIME, self.kernel_type.spark_type(), True), T.StructField(DIFF, T.LongType(), True)]
+class Pipelines(Handler):
+    """The handler fusing small pipelines of top-level operators into one task (a base handler
+    of :mod:`spark_differential.engine.call`, above the distributed executor).
 
+    It remembers the latest :data:`KEEP` top-level operator outputs whose inputs may be small
+    local rows: a pipeline's later operators read the plan of an output, which outlives the
+    DataFrame object the operator returned, so nothing tells when an output is no longer read.
+    An operator reading a remembered output becomes, with the operators it is built on, one
+    task (:func:`_fused`); any other call goes below unchanged."""
 
-# name -> recipe of the latest remembered operator outputs.  A pipeline's later operators
-# read the plan of an output, which outlives the DataFrame object execute returns, so
-# nothing tells when an output is no longer read: the latest _KEEP are kept (with their
-# sources' DataFrames, which a fused pipeline reads), only for inputs that may be small
-# local rows (:func:`_kinds`)
-_REMEMBERED: OrderedDict[str, Recipe] = OrderedDict()
-_KEEP = 64
-_LOCK = threading.Lock()
+    def __init__(self) -> None:
+        self._remembered: OrderedDict[str, Remembered] = OrderedDict()
+        self._lock = threading.Lock()
 
+    def stateful(self, call: StatefulCall, below: Below) -> DataFrame:
+        if call.in_loop or call.shape is None:
+            return below(call)
+        r = Remembered(call)
+        one_task, keep = self._attempt(r)
+        r.df = one_task if one_task is not None else below(call)
+        if keep:
+            self._remember(r)
+        return r.df
 
-def remember(df: Any, recipe: Recipe) -> None:
-    """Remember ``df`` as the output of ``recipe``: plans built on it read it as a leaf
-    (no py4j round trip here: a classic output's plan is read when first needed)."""
-    recipe.df = df
-    with _LOCK:
-        _REMEMBERED[recipe.name] = recipe
-        while len(_REMEMBERED) > _KEEP:
-            _REMEMBERED.popitem(last=False)
+    def _remember(self, r: Remembered) -> None:
+        """Remember ``r``: plans built on its output read it as a leaf (no py4j round trip here:
+        a classic output's plan is read when first needed)."""
+        with self._lock:
+            self._remembered[r.name] = r
+            while len(self._remembered) > KEEP:
+                self._remembered.popitem(last=False)
 
+    def used(self, r: Remembered) -> None:
+        with self._lock:
+            if r.name in self._remembered:
+                self._remembered.move_to_end(r.name)
 
-def _used(recipe: Recipe) -> None:
-    with _LOCK:
-        if recipe.name in _REMEMBERED:
-            _REMEMBERED.move_to_end(recipe.name)
+    def alive(self, spark: Any) -> list[Remembered]:
+        with self._lock:
+            kept = list(self._remembered.values())
+        return [r for r in kept if r.df is not None and r.df.sparkSession is spark and not r.dead]
 
-
-def _alive(spark: Any) -> list[Recipe]:
-    with _LOCK:
-        recipes = list(_REMEMBERED.values())
-    return [r for r in recipes if r.df.sparkSession is spark and not r.dead]
+    def _attempt(self, last: Remembered) -> tuple[DataFrame | None, bool]:
+        """``(the call's output as a fused pipeline, or None; whether to remember its output)``:
+        ``None, True`` when the operator may start a pipeline (its inputs may be small
+        sources), ``None, False`` when it cannot be part of one."""
+        call = last.call
+        spark = call.inputs[0].df.sparkSession
+        connect = is_connect(spark)
+        alive = self.alive(spark)
+        plans = [_kinds(inp.df) for inp in call.inputs]
+        if not alive or not any(_reads_remembered(k, i, alive, connect) for k, i in plans):
+            # it may start a pipeline: remembered (no cost until a later operator reads it)
+            return None, all(_may_be_small(k, connect) for k, _ in plans)
+        limit = settings.pipeline_rows(spark)
+        if limit == 0:
+            return None, False
+        builder = _Builder(self, spark, call.kernel_type.width, limit)
+        try:
+            pipeline = builder.pipeline(last)
+        except Untranslatable as e:
+            log.debug("%s: not fused into one task: %s", call.op, e)
+            return None, False
+        if len(pipeline.steps) < 2:
+            return None, True
+        out = _dataframe(spark, last, pipeline, builder.sources, builder.readers)
+        log.info("%s: a pipeline of %d operators runs inside one task (at most %d source rows)", call.op,
+                 len(pipeline.steps), builder.rows)
+        return out, True
 
 
 # plans that may only read local rows (their rows are counted when a pipeline is built):
 # what a loop's task reads itself, but for cached tables (whose rows no plan says)
-_HELD_KINDS = _HELD - {"InMemoryRelation"}
-_CONNECT_HELD_KINDS = _CONNECT_HELD - _CONNECT_CACHED
+_HELD_KINDS = HELD - {"InMemoryRelation"}
+_CONNECT_HELD_KINDS = CONNECT_HELD - CONNECT_CACHED
 _CONNECT_CHILDREN = ("_child", "other", "left", "right")
 _TREE_LINE = re.compile(r"^[\s:|+\-]*(\w+)", re.MULTILINE)
 
@@ -195,7 +196,7 @@ def _kinds(df: Any) -> tuple[set[str], set[int]]:
         return {"?"}, set()
 
 
-def _reads_remembered(kinds: set[str], ids: set[int], recipes: Sequence[Recipe], connect: bool) -> bool:
+def _reads_remembered(kinds: set[str], ids: set[int], recipes: Sequence[Remembered], connect: bool) -> bool:
     """Whether a plan (:func:`_kinds`) may read a remembered output: on Spark Connect, whether
     one of its nodes is one; on a classic session, whether it runs a ``mapInArrow`` (every
     operator's output does)."""
@@ -229,73 +230,6 @@ class Pipeline:
 # sources known small without a job
 
 
-_PASS = {"Project", "Filter", "SubqueryAlias"}
-
-
-def held_rows(df: Any) -> int | None:
-    """At most how many rows ``df`` holds, where its plan says so without a job: local
-    rows (and a Python list parallelised by ``createDataFrame``) through projections,
-    filters and unions; ``None`` for anything else (a file scan, a join, an
-    aggregate, a checkpoint, an operator's output)."""
-    if is_connect(df):
-        rows, held = _connect_held(df._plan, exact=True)
-        return rows if held else None
-    try:
-        return _classic_rows(df._jdf.queryExecution().analyzed(), df.sparkSession)
-    except Exception:  # noqa: BLE001 - a plan read differently by this Spark: not known small
-        return None
-
-
-def _classic_rows(plan: Any, spark: Any) -> int | None:
-    kind = plan.nodeName()
-    if kind == "LocalRelation":
-        return int(plan.data().size())
-    if kind == "LogicalRDD":
-        return _parallelised_rows(plan.rdd(), spark)
-    children = plan.children()
-    kids = [children.apply(i) for i in range(children.size())]
-    if kind in _PASS or (kind == "Union" and kids):
-        total = 0
-        for k in kids:
-            n = _classic_rows(k, spark)
-            if n is None:
-                return None
-            total += n
-        return total
-    return None
-
-
-def _parallelised_rows(rdd: Any, spark: Any) -> int | None:
-    """A bound on the rows of a classic ``createDataFrame`` of a Python list: its RDD
-    descends from the ``ParallelCollectionRDD`` of the list's pickled batches, each of
-    at most ``max(1024, batchSize)`` rows (``SparkContext.parallelize``).  Read once per
-    RDD (an RDD does not change; its lineage costs a few py4j round trips per step)."""
-    sc = spark.sparkContext
-    known = _RDD_ROWS.setdefault(sc, {})
-    key = int(rdd.id())
-    if key not in known:
-        known[key] = _lineage_rows(rdd, sc)
-    return known[key]
-
-
-# SparkContext -> RDD id -> _lineage_rows (RDD ids restart with every SparkContext)
-_RDD_ROWS: weakref.WeakKeyDictionary[Any, dict[int, int | None]] = weakref.WeakKeyDictionary()
-
-
-def _lineage_rows(rdd: Any, sc: Any) -> int | None:
-    for _ in range(8):
-        if rdd.getClass().getSimpleName() == "ParallelCollectionRDD":
-            parts = rdd.partitions()
-            batches = sum(int(parts[i].values().size()) for i in range(len(parts)))
-            size = int(getattr(sc, "_batchSize", 0) or 0)
-            return batches * max(1024, size)
-        deps = rdd.dependencies()
-        if deps.size() != 1:
-            return None
-        rdd = deps.head().rdd()
-    return None
-
-
 # ---------------------------------------------------------------------------------
 # building a pipeline (driver)
 
@@ -305,9 +239,10 @@ class _TooLarge(Untranslatable):
 
 
 class _Builder(KernelSchemas):
-    """The steps of a pipeline ending at one operator, from the remembered recipes."""
+    """The steps of a pipeline ending at one operator, from the remembered outputs."""
 
-    def __init__(self, spark: Any, width: int, limit: int) -> None:
+    def __init__(self, handler: Pipelines, spark: Any, width: int, limit: int) -> None:
+        self.handler = handler
         self.spark = spark
         self.width = width
         self.limit = limit
@@ -318,7 +253,7 @@ class _Builder(KernelSchemas):
         self.rows = 0
         self.steps: list[Any] = []
         self.done: set[str] = set()
-        self.recipes: dict[str, Recipe] = {}
+        self.recipes: dict[str, Remembered] = {}
         self.translator: Any = None
 
     def _know(self) -> None:
@@ -328,10 +263,10 @@ class _Builder(KernelSchemas):
         # classic: node by node over py4j, not Spark's JSON of the plan, which writes the whole
         # plan under an operator's output (about 75 KB for one operator: 70-100 ms)
         self.translator = translator_for(self.spark, self.tables, self.width, use_json=False)
-        for r in _alive(self.spark):
-            if r.kernel_type.width != self.width:
+        for r in self.handler.alive(self.spark):
+            if r.call.kernel_type.width != self.width:
                 continue
-            fields = r.fields
+            fields = r.call.user_fields()
             self.tables[r.name] = (r.name, [f.name for f in fields])
             self.recipes[r.name] = r
             if self.connect:
@@ -348,58 +283,56 @@ class _Builder(KernelSchemas):
                 return i
         self.rows += rows
         if self.rows > self.limit:
-            raise _TooLarge(f"its sources may hold more than {self.limit} rows ({CONF})")
+            raise _TooLarge(f"its sources may hold more than {self.limit} rows ({settings.PIPELINE_ROWS})")
         self.sources.append((df, cs))
         self.readers.append(op)  # the operator a null time or diff of this source is reported for
         return len(self.sources) - 1
 
-    def inputs(self, recipe: Recipe) -> list[tuple[Relation | None, int | None]]:
+    def inputs(self, recipe: Remembered) -> list[tuple[Relation | None, int | None]]:
         """Each input of ``recipe`` as a small source, or a relation over remembered outputs
         (whose steps are added first); raises :class:`Untranslatable` otherwise.  What an
         input is, once read, is kept with the recipe: a later operator's pipeline re-reads
         no plan of the operators before it."""
         if recipe.read is None:
             read: list[tuple[Relation | None, int]] = []
-            deps: dict[str, Recipe] = {}
-            for inp in recipe.inputs:
-                if inp.time_type != recipe.kernel_type or inp.time_col is not None or inp.new is not None:
-                    raise Untranslatable(f"{recipe.op}: an input enters through a time conversion")
+            deps: dict[str, Remembered] = {}
+            for inp in recipe.call.inputs:
+                if inp.time_type != recipe.call.kernel_type or inp.time_col is not None or inp.new is not None:
+                    raise Untranslatable(f"{recipe.call.op}: an input enters through a time conversion")
                 rows = held_rows(inp.df)
                 if rows is not None:
                     read.append((None, rows))
                     continue
                 self._know()
                 if not self.recipes:
-                    raise Untranslatable(f"{recipe.op}: an input is neither small local rows nor built on an "
+                    raise Untranslatable(f"{recipe.call.op}: an input is neither small local rows nor built on an "
                                          "operator's output")
                 rel = self.translator.relation(inp.df)
                 deps.update({name: self.recipes[name] for name in _NAME.findall(rel.sql)})
                 read.append((rel, 0))
             recipe.read, recipe.deps = read, deps
         out: list[tuple[Relation | None, int | None]] = []
-        for inp, (rel, rows) in zip(recipe.inputs, recipe.read):
+        for inp, (rel, rows) in zip(recipe.call.inputs, recipe.read):
             if rel is None:
-                out.append((None, self.source(inp.df, inp.cs, rows, recipe.op)))
+                out.append((None, self.source(inp.df, inp.cs, rows, recipe.call.op)))
                 continue
             for name in dict.fromkeys(_NAME.findall(rel.sql)):
                 self.add(recipe.deps[name])
             out.append((rel, None))
         return out
 
-    def add(self, recipe: Recipe) -> None:
+    def add(self, recipe: Remembered) -> None:
         """Add ``recipe``'s step (after the steps it reads)."""
-        from spark_differential.engine.distributed import time_fields
-        from spark_differential.kernels.common import keys
-
+        call = recipe.call
         if recipe.name in self.done:
             return
         if len(self.done) >= MAX_STEPS:
             raise _TooLarge(f"a pipeline of more than {MAX_STEPS} operators")
-        p = recipe.params
-        if not in_task_form(p):
-            raise Untranslatable(f"{recipe.op} has no in-task form")
-        if recipe.kernel_type.width != self.width:
-            raise Untranslatable(f"{recipe.op} works over another time type")
+        shape = call.shape
+        if shape is None:
+            raise Untranslatable(f"{call.op} has no in-task form")
+        if call.kernel_type.width != self.width:
+            raise Untranslatable(f"{call.op} works over another time type")
         try:
             read = self.inputs(recipe)
         except _TooLarge:
@@ -408,21 +341,19 @@ class _Builder(KernelSchemas):
             recipe.dead = True  # whatever reads it later: it is not small local rows through operators
             raise
         step_inputs = []
-        for inp, (rel, src) in zip(recipe.inputs, read):
+        for inp, (rel, src) in zip(call.inputs, read):
             step_inputs.append(StepInput(rel, src, tuple(inp.keys), tuple(inp.data), inp.prefix,
-                                         self._input_schema(inp, recipe.kernel_type), False))
-        out_schema = self._schema([*recipe.out_fields, *time_fields(recipe.kernel_type)])
-        key_cols = tuple(keys(getattr(p, "nkeys", 0)))
-        self.steps.append(Stateful(recipe.name, recipe.kernel, p, key_cols, tuple(step_inputs), out_schema,
-                                   tuple(recipe.out_columns), self.width))
+                                         self._input_schema(inp, call.kernel_type), False))
+        out_schema = self._schema([*call.out_fields, *time_fields(call.kernel_type)])
+        self.steps.append(Stateful(recipe.name, call.kernel, call.params, shape.key, tuple(step_inputs), out_schema,
+                                   call.out_columns, self.width))
         self.done.add(recipe.name)
-        _used(recipe)
-        fields = recipe.fields
-        self.tables.setdefault(recipe.name, (recipe.name, [f.name for f in fields]))
+        self.handler.used(recipe)
+        self.tables.setdefault(recipe.name, (recipe.name, [f.name for f in call.user_fields()]))
 
-    def pipeline(self, recipe: Recipe) -> Pipeline:
+    def pipeline(self, recipe: Remembered) -> Pipeline:
         self.add(recipe)
-        fields = recipe.fields
+        fields = recipe.call.user_fields()
         cols = self.tables[recipe.name][1]
         expanded = tuple(c for n in cols for c in (leaves(self.width) if n == TIME else [n]))
         output = Relation(f"SELECT {', '.join(quote(c) for c in expanded)} FROM ${recipe.name}", expanded,
@@ -433,57 +364,12 @@ class _Builder(KernelSchemas):
         return Pipeline(tuple(self.steps), output, data, self.width, out_schema, sources)
 
 
-def in_task_form(params: Any) -> bool:
-    """Whether an operator with these kernel parameters can run inside a pipeline's task
-    (joins, semijoins, antijoins, reductions, thresholds: what a loop's task runs too)."""
-    from spark_differential.kernels.join import JoinParams
-    from spark_differential.kernels.reduce import ReduceParams, ThresholdParams
-
-    return (isinstance(params, JoinParams) and params.mode in ("join", "semijoin", "antijoin")
-            or isinstance(params, (ReduceParams, ThresholdParams)))
-
-
-def attempt(recipe: Recipe) -> tuple[Any | None, bool]:
-    """``(the operator's output as a fused pipeline, or None; whether to remember its
-    distributed output)``: ``None, True`` when the operator starts a pipeline (its inputs
-    are small sources), ``None, False`` when it cannot be part of one."""
-    if not in_task_form(recipe.params):
-        return None, False
-    spark = recipe.inputs[0].df.sparkSession
-    connect = is_connect(spark)
-    alive = _alive(spark)
-    plans = [_kinds(inp.df) for inp in recipe.inputs]
-    if not alive or not any(_reads_remembered(k, i, alive, connect) for k, i in plans):
-        # it may start a pipeline: remembered (no cost until a later operator reads it)
-        return None, all(_may_be_small(k, connect) for k, _ in plans)
-    limit = rows_setting(spark)
-    if limit == 0:
-        return None, False
-    builder = _Builder(spark, recipe.kernel_type.width, limit)
-    try:
-        pipeline = builder.pipeline(recipe)
-    except Untranslatable as e:
-        log.debug("%s: not fused into one task: %s", recipe.op, e)
-        return None, False
-    if len(pipeline.steps) < 2:
-        return None, True
-    out = _dataframe(spark, recipe, pipeline, builder.sources, builder.readers)
-    log.info("%s: a pipeline of %d operators runs inside one task (at most %d source rows)", recipe.op,
-             len(pipeline.steps), builder.rows)
-    return out, True
-
-
-def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence[tuple[Any, CollectionSchema]],
+def _dataframe(spark: Any, recipe: Remembered, pipeline: Pipeline, sources: Sequence[tuple[Any, CollectionSchema]],
                readers: Sequence[str]) -> Any:
     """The lazy DataFrame running ``pipeline`` in one task over ``sources`` (``readers``: the
     operator reading each, named by its null checks)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    from spark_differential.core.collection import quoted
-    from spark_differential.core.faults import fault_hook, faults_on
-
-    ttype = recipe.kernel_type
+    ttype = recipe.call.kernel_type
     union = None
     for j, ((df, cs), cols, op) in enumerate(zip(sources, pipeline.sources, readers)):
         part = tag_source(df, j, [c for c in cols if c not in (DIFF, *leaves(pipeline.width))], cs.ttype, op=op)
@@ -509,39 +395,34 @@ def _dataframe(spark: Any, recipe: Recipe, pipeline: Pipeline, sources: Sequence
 def evaluate(pipeline: Pipeline, sources: Sequence[pa.Table]) -> pa.Table:
     """Every step of ``pipeline`` once, over all the updates of its inputs: the output
     collection, consolidated (``pipeline.out_schema``)."""
-    from spark_differential.kernels.common import conform
 
     tables: dict[str, pa.Table] = {}
     for step in pipeline.steps:
-        sides = [_kernel_input(sources[inp.source] if inp.relation is None else _relation(inp.relation, tables), inp,
+        sides = [kernel_input(sources[inp.source] if inp.relation is None else relation_rows(inp.relation, tables), inp,
                                True, pipeline.width) for inp in step.inputs]
         if any(s.num_rows for s in sides):
             out = conform(step.kernel(step.params, *sides), step.out_schema)
         else:
             out = step.out_schema.empty_table()
         tables[step.name] = user_named(step, out)
-    result = _relation(pipeline.output, tables).rename_columns(pipeline.out_schema.names)
-    return conform(_consolidate(result, pipeline.out_schema.names[:-1]), pipeline.out_schema)
+    result = relation_rows(pipeline.output, tables).rename_columns(pipeline.out_schema.names)
+    return conform(consolidated(result, pipeline.out_schema.names[:-1]), pipeline.out_schema)
 
 
 def task(pipeline: Pipeline, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: read every source (tagged), run the pipeline, yield its output."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-        from spark_differential.kernels.common import conform
-
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None or table.num_rows == 0:
             return
         tags = table.column(SRC)
-        sources = [_source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(pipeline.sources)]
+        sources = [source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(pipeline.sources)]
         result = evaluate(pipeline, sources)
         yield from conform(result, out_schema).to_batches()
 
     return run
 
 
-__all__ = ["CONF", "DEFAULT_ROWS", "Pipeline", "Recipe", "attempt", "evaluate", "held_rows", "remember", "rows_setting"]
+__all__ = ["KEEP", "MAX_STEPS", "Pipeline", "Pipelines", "Remembered", "evaluate"]

@@ -45,9 +45,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_differential.core import settings as _conf
+from spark_differential.core import conf as _conf
 from spark_differential.core.collection import TIME
-from spark_differential.intask.translate import Relation, Translator, Untranslatable, quote
+from spark_differential.intask.translate import Relation, Translator, Untranslatable, leaves, quote
 
 _INTEGRAL = {"byte": 1, "short": 2, "integer": 3, "long": 4}
 _SQL = {"byte": "TINYINT", "short": "SMALLINT", "integer": "INT", "long": "BIGINT", "string": "STRING",
@@ -466,7 +466,6 @@ def _json_type(t: Any) -> str:
 
 def _unexpand(names: Sequence[str], width: int) -> list[str]:
     """Output column names with the time leaves folded back into ``time``."""
-    from spark_differential.intask.translate import leaves
 
     lv = leaves(width)
     out: list[str] = []

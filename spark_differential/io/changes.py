@@ -40,9 +40,9 @@ from pyspark.sql import types as T
 
 from spark_differential.core.collection import (
     DIFF,
+    INTEGRAL_TYPES,
     TIME,
     checked,
-    consolidate_spark,
     inspect,
     null_guard,
     qcol,
@@ -57,8 +57,7 @@ from spark_differential.errors import (
     TimeTypeError,
     TimeTypeMismatchError,
 )
-
-_INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
+from spark_differential.trace.spark import consolidated_collection
 
 #: the metadata columns of Delta's change data feed and Iceberg's changelog view
 FEED_METADATA = ("_change_type", "_commit_version", "_commit_timestamp", "_change_ordinal", "_commit_snapshot_id")
@@ -193,7 +192,7 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
         )
     )
     rows = df.select(*qcols(data), _guarded_time(_path_col(df, time), ttype).alias(TIME), sign.cast("long").alias(DIFF))
-    return consolidate_spark(rows, data)
+    return consolidated_collection(rows, data)
 
 
 def from_cdc(
@@ -297,7 +296,7 @@ def from_cdc(
     )
     steps = df.select(F.explode(changes).alias("_sd_c"), _guarded_time(_path_col(df, time), ttype).alias(TIME))
     rows = steps.select(*[F.col("_sd_c.v").getField(f).alias(f) for f in fields], TIME, F.col("_sd_c.d").alias(DIFF))
-    return consolidate_spark(rows, fields)
+    return consolidated_collection(rows, fields)
 
 
 def from_intervals(
@@ -352,7 +351,7 @@ def from_intervals(
         if multiplicity not in df.columns:
             raise MissingColumnError(f"{op}: no column `{multiplicity}` for the multiplicity (columns: {df.columns})")
         mt = df.schema[multiplicity].dataType
-        if not isinstance(mt, _INTEGRAL):
+        if not isinstance(mt, INTEGRAL_TYPES):
             raise DiffTypeError(
                 f"{op}: the multiplicity `{multiplicity}` has type {mt.simpleString()}; it must be integral "
                 f"(cast it, e.g. F.col('{multiplicity}').cast('long'))"
@@ -375,7 +374,7 @@ def from_intervals(
     rows = df.select(*qcols(data), F.explode(steps).alias("_sd_s")).select(
         *qcols(data), F.col("_sd_s.t").alias(TIME), F.col("_sd_s.d").alias(DIFF)
     )
-    return consolidate_spark(rows, data)
+    return consolidated_collection(rows, data)
 
 
 def dd_to_intervals(
@@ -427,7 +426,7 @@ def dd_to_intervals(
             "(valid_from=..., valid_to=..., multiplicity=...)"
         )
     data = list(cs.data_cols)
-    per_time = consolidate_spark(checked(df, cs, op), data)
+    per_time = consolidated_collection(checked(df, cs, op), data)
     w = Window.partitionBy(*qcols(data)).orderBy(TIME)
     running = F.sum(DIFF).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))
     segments = per_time.select(*qcols(data), TIME, running.alias("_sd_m"), F.lead(TIME).over(w).alias("_sd_next"))

@@ -12,6 +12,8 @@ iteration (``False`` for updates already in an operator's trace).  Also
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from spark_differential.core.lazy import lazy
 
@@ -83,3 +85,42 @@ def over_partition(fn: Callable[[pa.Table], pa.Table]) -> Callable[[Iterator[pa.
             yield from fn(pa.Table.from_batches(rows)).to_batches()
 
     return run
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """How a kernel keys the state it keeps across calls (its *trace*): an engine that
+    keeps a trace hands the kernel, with new updates, the trace rows whose ``key`` columns
+    equal a new update's (every other row's output is unchanged by them).
+
+    ``bilinear``: the kernel is bilinear in its two inputs (a join): the history of one
+    input is read only when the other changes, so an input joined with a collection that
+    no longer changes needs no trace.  ``chunk``: how a time chunk (one more column of a
+    loop cut in slices of time) enters the state: ``"key"`` (one more key column) or
+    ``"data"`` (one more data column, for kernels keyed by their whole row).
+
+    Kernel parameters describe their state with two methods: ``shape() -> StateShape``
+    and ``chunked() -> (parameters with the chunk column, its name)``; parameters without
+    them have no form inside a task or an in-task loop (they run distributed only).
+    """
+
+    key: tuple[str, ...]
+    bilinear: bool = False
+    chunk: str = "key"
+
+    def keeps(self, in_loop: Sequence[bool]) -> list[bool]:
+        """Which inputs need a trace of their earlier updates, given which vary with the loop
+        (``in_loop``).  A bilinear kernel's change is ``dA x (B + dB) + A x dB``: the history
+        ``A`` of one input is read only when the other changes, and an input from outside a
+        loop changes at its iteration 0 alone, when nothing has a history yet; so a loop input
+        joined with it (BFS: distances with edges) needs no trace.  Every other kernel reads
+        the traces of all its inputs."""
+        if self.bilinear and len(in_loop) == 2:
+            return [in_loop[1 - j] for j in range(2)]
+        return [True] * len(in_loop)
+
+
+def state_shape(params: Any) -> StateShape | None:
+    """``params.shape()``, or ``None`` for parameters of a kernel with no in-task form."""
+    shape = getattr(params, "shape", None)
+    return shape() if callable(shape) else None

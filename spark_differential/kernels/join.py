@@ -13,13 +13,14 @@ operators' trace) only pairs involving a new update are formed:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spark_differential.core.lattice import TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import duck, native
-from spark_differential.kernels.common import NEW, csv, key_eq, keys, names, times
+from spark_differential.kernels.common import NEW, StateShape, csv, key_eq, keys, names, times
 from spark_differential.kernels.stab import numbered, stab, stab_numbered
 
 pa = lazy("pyarrow")
@@ -38,6 +39,20 @@ class JoinParams:
     # whether the output of a totally ordered join is consolidated: the in-task loop, whose
     # every consumer consolidates its input anyway, turns it off (rows may then repeat)
     consolidate: bool = True
+
+    def shape(self) -> StateShape | None:
+        """Keyed by the join keys, bilinear (see :class:`~.common.StateShape`); an as-of join
+        (``mode="asof"``) has no in-task form."""
+        return StateShape(tuple(keys(self.nkeys)), bilinear=True) if self.mode != "asof" else None
+
+    def chunked(self) -> tuple[JoinParams, str]:
+        """The parameters with one more key column (a time chunk), and its name."""
+        return dataclasses.replace(self, nkeys=self.nkeys + 1), keys(self.nkeys + 1)[-1]
+
+    def unconsolidated(self) -> JoinParams:
+        """The same join whose output may repeat a row (a consumer that consolidates its
+        input anyway then skips a pass)."""
+        return dataclasses.replace(self, consolidate=False) if self.mode == "join" else self
 
 
 def _with_new(table: pa.Table, new: bool) -> pa.Table:

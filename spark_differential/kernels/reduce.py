@@ -15,6 +15,7 @@ updates only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from spark_differential.core.lattice import TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import OutputSchemaError, UserFunctionError
 from spark_differential.kernels import duck, generic, native
-from spark_differential.kernels.common import NEW, csv, keys, names, nexts, times, window
+from spark_differential.kernels.common import NEW, StateShape, csv, keys, names, nexts, times, window
 from spark_differential.kernels.stab import stab
 
 np = lazy("numpy")
@@ -47,6 +48,14 @@ class ReduceParams:
     out_names: tuple[str, ...] = ()
     op: str = "dd_reduce"
 
+    def shape(self) -> StateShape:
+        """Keyed by the ``by`` columns (see :class:`~.common.StateShape`)."""
+        return StateShape(tuple(keys(self.nkeys)))
+
+    def chunked(self) -> tuple[ReduceParams, str]:
+        """The parameters with one more key column (a time chunk), and its name."""
+        return dataclasses.replace(self, nkeys=self.nkeys + 1), keys(self.nkeys + 1)[-1]
+
 
 @dataclass(frozen=True)
 class ThresholdParams:
@@ -55,6 +64,14 @@ class ThresholdParams:
     func: Callable[[int], int] | None = field(default=None, compare=False)  # None: distinct
     op: str = "dd_threshold"
     data_names: tuple[str, ...] = ()  # the user's names of the data columns (for messages)
+
+    def shape(self) -> StateShape:
+        """Keyed by the whole row (see :class:`~.common.StateShape`)."""
+        return StateShape(tuple(names("_a", self.ndata)), chunk="data")
+
+    def chunked(self) -> tuple[ThresholdParams, str]:
+        """The parameters with one more data column (a time chunk), and its name."""
+        return dataclasses.replace(self, ndata=self.ndata + 1), names("_a", self.ndata + 1)[-1]
 
 
 # ---------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_differential.core.collection import DIFF, TIME, as_columns, checked, inspect, qcol, qcols, require_columns
-from spark_differential.engine.distributed import bucket_of, buckets, key_hash, shuffle_partitions
+from spark_differential.core.settings import buckets, shuffle_partitions
+from spark_differential.engine.kernel_form import bucket_of, key_hash
 from spark_differential.errors import SchemaMismatchError
 
 

@@ -38,27 +38,27 @@ from spark_differential.core.collection import (
     RESERVED_PREFIX,
     TIME,
     CollectionSchema,
-    UpsertLog,
-    _nullable,
     as_columns,
     checked,
-    from_upserts,
     guard_expr,
     guarded_sql,
     inspect,
     integral_sql,
+    may_be_null,
     null_guard_sql,
     qcol,
     qcols,
     quoted,
     require_columns,
-    upsert_log,
 )
 from spark_differential.core.history import note as _note_history
 from spark_differential.core.lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop, Total
 from spark_differential.core.scope import unify
-from spark_differential.engine.distributed import Input, execute, finish, kernel_fields, key_casts, run, time_fields
+from spark_differential.engine.call import StatefulCall, execute
+from spark_differential.engine.distributed import run
+from spark_differential.engine.kernel_form import Input, finish, kernel_fields, key_casts, time_fields
 from spark_differential.errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
+from spark_differential.io.tables import UpsertLog, from_upserts, upsert_log
 from spark_differential.kernels import asof as kasof
 from spark_differential.kernels import join as kjoin
 from spark_differential.kernels.common import keys, names
@@ -134,7 +134,7 @@ def integrate(df: DataFrame) -> DataFrame:
         schema = df.schema
         q = quoted(TIME)
         t = q
-        if _nullable(schema[TIME].dataType, schema[TIME].nullable):
+        if may_be_null(schema[TIME].dataType, schema[TIME].nullable):
             t = null_guard_sql(q, [f"{q}.{quoted(ALTNEU_TIME)}", f"{q}.{quoted(ALTNEU_NEU)}"], "time", op)
         d = guarded_sql(schema, DIFF, op)
         kept = df if t == q and d == quoted(DIFF) else df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {q}", d)
@@ -290,7 +290,7 @@ def dd_asof_join(
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(b_data)), b_data))
-    return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
+    return execute(StatefulCall.of(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t))
 
 
 def asof_join_history(

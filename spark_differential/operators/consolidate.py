@@ -18,7 +18,6 @@ from spark_differential.core.collection import (
     DIFF,
     TIME,
     checked,
-    consolidate_sql,
     guard_expr,
     inspect,
     integral_sql,
@@ -27,10 +26,12 @@ from spark_differential.core.collection import (
 )
 from spark_differential.core.lattice import Antichain, Loop
 from spark_differential.core.scope import Entry
-from spark_differential.engine.distributed import Input, execute, kernel_fields
+from spark_differential.engine.call import StatefulCall, execute
+from spark_differential.engine.kernel_form import Input, kernel_fields
 from spark_differential.errors import FrontierError, SchemaMismatchError
 from spark_differential.kernels import consolidate as kcons
 from spark_differential.kernels.common import names
+from spark_differential.trace.spark import consolidated_sql
 
 METHODS = ("auto", "spark", "kernel")
 
@@ -77,7 +78,7 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
         inp = Input(df, cs, [], data, "_a", hash_cols=data)
         params = kcons.ConsolidateParams(len(data), cs.ttype, tuple(front) if front else None)
         cols = list(zip(names("_a", len(data)), data))
-        return execute(op, kcons.consolidate, params, [inp], [Entry(F.col(TIME), None)], kernel_fields(inp), cols, cs.ttype)
+        return execute(StatefulCall.of(op, kcons.consolidate, params, [inp], [Entry(F.col(TIME), None)], kernel_fields(inp), cols, cs.ttype))
     data = list(cs.data_cols)
     sql_type = integral_sql(cs.ttype)
     if sql_type is not None:  # SQL text: the checks and the advance inside the aggregation, as a plain groupBy
@@ -86,7 +87,7 @@ def dd_consolidate(df: DataFrame, frontier: Any = None, method: str = "auto") ->
         if front is not None:
             (adv,) = cs.ttype.sql_advance([f"CAST({t} AS BIGINT)"], front)
             t = f"CAST({adv} AS {sql_type})"
-        return consolidate_sql(df, data, t, guard_expr(schema, DIFF, op))
+        return consolidated_sql(df, data, t, guard_expr(schema, DIFF, op))
     df = checked(df, cs, op)
     if front is None:
         return (

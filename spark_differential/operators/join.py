@@ -15,7 +15,8 @@ from pyspark.sql import types as T
 
 from spark_differential.core.collection import as_columns, inspect, quoted, require_columns
 from spark_differential.core.scope import unify
-from spark_differential.engine.distributed import Input, entry_time, execute, kernel_fields, key_casts
+from spark_differential.engine.call import StatefulCall, execute
+from spark_differential.engine.kernel_form import Input, entry_time, kernel_fields, key_casts
 from spark_differential.errors import SchemaMismatchError
 from spark_differential.kernels import join as kjoin
 from spark_differential.kernels.common import keys, names
@@ -60,7 +61,7 @@ def _binary(op: str, left: DataFrame, right: DataFrame, on: str | Sequence[str],
     if mode != "join":  # keep the left input's column order
         internal = {user: name for name, user in cols}
         cols = [(internal[c], c) for c in a.data_cols]
-    return execute(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t)
+    return execute(StatefulCall.of(op, kjoin.join, params, [ia, ib], entries, out_fields, cols, kernel_t))
 
 
 def dd_join(left: DataFrame, right: DataFrame, on: str | Sequence[str]) -> DataFrame:

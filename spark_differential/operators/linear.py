@@ -18,8 +18,6 @@ from spark_differential.core.collection import (
     DIFF,
     TIME,
     checked,
-    consolidate_spark,
-    consolidate_sql,
     guard_expr,
     inspect,
     integral_sql,
@@ -28,8 +26,28 @@ from spark_differential.core.collection import (
     quoted,
     sql_zero,
 )
+from spark_differential.core.lattice import Loop
 from spark_differential.core.scope import unify
-from spark_differential.errors import SchemaMismatchError
+from spark_differential.engine import call as seam
+from spark_differential.engine.call import ConcatCall
+from spark_differential.errors import IterationError, SchemaMismatchError
+from spark_differential.trace.spark import consolidated_collection, consolidated_sql
+
+
+def _consolidated(df: DataFrame, data: list[str], ttype: object) -> DataFrame:
+    """``df`` consolidated, but a loop collection while a body is recorded for the in-task path
+    (the recorder's loop consolidates every step's input anyway, and an aggregation would not
+    translate)."""
+    if isinstance(ttype, Loop) and seam.recording():
+        return df.select(*qcols(data), TIME, DIFF)
+    return consolidated_collection(df, data)
+
+
+def _not_running(call: ConcatCall) -> DataFrame:
+    raise IterationError(
+        f"{call.op}: the input is a collection from inside a dd_iterate body (its time is a loop time) but that "
+        "loop is not running; use the result of dd_iterate, not collections captured from its body"
+    )
 
 
 def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
@@ -52,11 +70,11 @@ def dd_negate(df: DataFrame, consolidate: bool = True) -> DataFrame:
         schema = df.schema
         t, d = guard_expr(schema, TIME, op), f"(-CAST({guard_expr(schema, DIFF, op)} AS BIGINT))"
         if consolidate:
-            return consolidate_sql(df, cs.data_cols, t, d)
+            return consolidated_sql(df, cs.data_cols, t, d)
         return df.selectExpr(*map(quoted, cs.data_cols), f"{t} AS {quoted(TIME)}", f"{d} AS {quoted(DIFF)}")
     df = checked(df, cs, op)
     out = df.select(*qcols(cs.data_cols), TIME, (-F.col(DIFF).cast("long")).alias(DIFF))
-    return consolidate_spark(out, cs.data_cols) if consolidate else out
+    return _consolidated(out, list(cs.data_cols), cs.ttype) if consolidate else out
 
 
 def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> DataFrame:
@@ -97,12 +115,10 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
                 )
     target, _, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
     if any(e.in_loop for e in entries):
-        from spark_differential.loop.iterate import concat_in_loop, recording
-
-        out = concat_in_loop(op, dfs, schemas, entries, target)
-        if recording():  # a placeholder of the in-task recorder, whose loop consolidates every step's input
+        out = seam.concat(ConcatCall(op, tuple(dfs), tuple(schemas), tuple(entries), target), _not_running)
+        if seam.recording():  # a placeholder of the in-task recorder, whose loop consolidates every step's input
             return out
-        return consolidate_spark(out, first.data_cols) if consolidate else out
+        return consolidated_collection(out, list(first.data_cols)) if consolidate else out
     out = None
     if integral_sql(target) is not None and all(cs.ttype == target for cs in schemas):
         # the union of the inputs as they are, then one projection (or the aggregation) checking and
@@ -117,11 +133,11 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
         for other in dfs[1:]:
             out = out.unionByName(other)
         if consolidate:
-            return consolidate_sql(out, first.data_cols, t, d)
+            return consolidated_sql(out, first.data_cols, t, d)
         return out.selectExpr(*map(quoted, first.data_cols), f"{t} AS {quoted(TIME)}", f"{d} AS {quoted(DIFF)}")
     for d, cs, e in zip(dfs, schemas, entries):
         d = checked(d, cs, op)
         part = d.select(*qcols(first.data_cols), e.time_col.alias(TIME), F.col(DIFF).cast("long").alias(DIFF))
         out = part if out is None else out.unionByName(part)
     assert out is not None
-    return consolidate_spark(out, first.data_cols) if consolidate else out
+    return consolidated_collection(out, list(first.data_cols)) if consolidate else out

@@ -16,18 +16,18 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import as_columns, inspect, qcols, require_columns
+from spark_differential.core.collection import INTEGRAL_TYPES, as_columns, inspect, qcols, require_columns
 from spark_differential.core.lazy import lazy
 from spark_differential.core.scope import unify
-from spark_differential.engine.distributed import Input, entry_time, execute, kernel_fields
+from spark_differential.engine.call import StatefulCall, execute
+from spark_differential.engine.kernel_form import Input, entry_time, kernel_fields
 from spark_differential.errors import SchemaMismatchError
 from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels.common import keys, names
 
 pd = lazy("pandas")
 
-_INTEGRAL = (T.LongType, T.IntegerType, T.ShortType, T.ByteType)
-_NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
+_NUMERIC = (*INTEGRAL_TYPES, T.FloatType, T.DoubleType, T.DecimalType)
 
 
 def _arrow_type(dt: T.DataType) -> Any:
@@ -81,7 +81,7 @@ def _reduction(
     onames = names("_o", len(out))
     out_fields = kernel_fields(inp)[: len(by_)] + [T.StructField(n, f.dataType, True) for n, f in zip(onames, out)]
     cols = list(zip(keys(len(by_)), by_)) + list(zip(onames, [f.name for f in out]))
-    return execute(op, kreduce.reduce, params, [inp], entries, out_fields, cols, kernel_t)
+    return execute(StatefulCall.of(op, kreduce.reduce, params, [inp], entries, out_fields, cols, kernel_t))
 
 
 def _schema_fields(schema: str | T.StructType, op: str) -> list[T.StructField]:
@@ -217,7 +217,7 @@ def dd_sum(df: DataFrame, by: str | Sequence[str] | None, col: str) -> DataFrame
     """
     op = "dd_sum"
     dt = _value_type(df, col, op, numeric=True)
-    if isinstance(dt, _INTEGRAL):
+    if isinstance(dt, INTEGRAL_TYPES):
         out_t: T.DataType = T.LongType()
     elif isinstance(dt, T.DecimalType):
         out_t = T.DecimalType(min(38, dt.precision + 10), dt.scale)
@@ -277,7 +277,7 @@ def _threshold(df: DataFrame, op: str, func: Callable[[int], int] | None) -> Dat
                 schema=df.schema)
     params = kreduce.ThresholdParams(len(data), kernel_t, func, op, tuple(data))
     cols = list(zip(names("_a", len(data)), data))
-    return execute(op, kreduce.threshold, params, [inp], entries, kernel_fields(inp), cols, kernel_t)
+    return execute(StatefulCall.of(op, kreduce.threshold, params, [inp], entries, kernel_fields(inp), cols, kernel_t))
 
 
 def dd_distinct(df: DataFrame) -> DataFrame:

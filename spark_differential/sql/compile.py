@@ -73,12 +73,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import DIFF, collection, quoted
+from spark_differential.core.collection import DIFF, quoted
 from spark_differential.core.history import note as _note_history
 from spark_differential.core.lazy import lazy
 from spark_differential.core.planning import without_origin_tracking
 from spark_differential.engine.distributed import run_pair_sql
 from spark_differential.errors import SqlError
+from spark_differential.io.tables import collection
 from spark_differential.kernels import asof as _kasof
 from spark_differential.kernels.common import NEW as _KNEW
 from spark_differential.kernels.common import D as _KD

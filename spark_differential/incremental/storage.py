@@ -1,0 +1,63 @@
+"""How an incremental view's state is named in its files: operators, traces, stored collections.
+
+On ``(data, time, diff)``: every stored collection of a view (an operator's trace of one
+input, a count's per-key totals, a loop's per-iteration traces, the output held back for a
+later update) is written in Parquet under its *tag*, its columns under physical names unique
+to the tag (so several collections share one write, partitioned by :data:`KIND`).  An
+:class:`Operator` records what a stateful operator of the query stored, so that a resumed
+view can check the query calls the same operators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import types as T
+
+from spark_differential.core.names import BUCKET, KEY_HASH
+
+ROWS, TOTALS = "rows", "totals"  # what a trace holds: an input's updates; per-key totals
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One stateful operator of a view's query: its name, its traces' schemas in kernel form and
+    what each trace holds (``sides``: ``"rows"``, an input's updates; ``"totals"``, the per-key
+    totals of a count or sum, :mod:`spark_differential.kernels.totals`)."""
+
+    op: str
+    inputs: tuple[T.StructType, ...]
+    sides: tuple[str, ...] = ()
+
+    def side(self, j: int) -> str:
+        """What trace ``j`` holds (``"rows"`` unless said otherwise)."""
+        return self.sides[j] if j < len(self.sides) else ROWS
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": [s.jsonValue() for s in self.inputs], "sides": list(self.sides)}
+
+    @classmethod
+    def from_json(cls, m: dict[str, Any]) -> Operator:
+        return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]),
+                   tuple(str(x) for x in m.get("sides", [])))
+
+    def describe(self) -> str:
+        cols = " / ".join(", ".join(f.name for f in s.fields if f.name not in (BUCKET, KEY_HASH)) for s in self.inputs)
+        return f"{self.op}({cols})"
+
+
+KIND = "_sd_kind"  # the partition column of a view's Parquet writes: which stored collection a row belongs to
+
+
+def physical(prefix: str, schema: T.StructType) -> list[str]:
+    """Column names of a stored collection in its version's Parquet writes (unique per collection)."""
+    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
+
+
+def tag(slot: int, side: int) -> str:
+    """The name of operator ``slot``'s trace of input ``side`` in the stored files."""
+    return f"s{slot}_{side}"
+
+
+LOOP = "loop"  # what a loop's traces hold (traces.Operator.sides): per-iteration updates, rewritten whole

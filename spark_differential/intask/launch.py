@@ -1,0 +1,203 @@
+"""Launching an in-task loop from the driver: one job, one task (or one per partition).
+
+On ``(data, time, diff)`` this computes what the distributed loop computes (the in-task
+engine, :mod:`spark_differential.intask`); here the recorded program's sources are tagged
+into one table (:mod:`.sources`), brought to one partition, and one ``mapInArrow`` runs
+the task (:mod:`.task`); its report says how it ended; the answer stays in the job's local
+checkpoint (or, small, comes back with the report as local rows), and the returned
+DataFrame explodes its runs into ``(data, time, diff)`` in the loop's time type.
+:func:`attempt` decides, from Spark's plan statistics, whether the loop may run this way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time as _time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_differential.core import settings
+from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols, quoted
+from spark_differential.core.lattice import Loop, Total
+from spark_differential.core.lazy import lazy
+from spark_differential.core.session import is_connect
+from spark_differential.core.settings import shuffle_partitions
+from spark_differential.engine import chunks as _chunks
+from spark_differential.engine.kernel_form import arrow_schema
+from spark_differential.errors import IterationLimitExceeded, from_job_failure
+from spark_differential.intask.program import Chunking, Program
+from spark_differential.intask.record import record
+from spark_differential.intask.sources import PART, estimated_rows, tag_source
+from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, task
+from spark_differential.intask.task import metrics as read_metrics
+from spark_differential.intask.translate import Untranslatable, leaves
+from spark_differential.kernels.common import conform
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+log = logging.getLogger("spark_differential.iterate")
+# an answer of at most this many rows (and task.LOCAL_RESULT_BYTES) comes back to the driver with the
+# task's report on a classic session: the loop's DataFrame is then local rows
+LOCAL_RESULT_ROWS = 10_000
+
+
+
+
+def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
+        spread: Any = None, cheap: bool = False) -> Any | None:
+    """Run the loop in one task; the result collection, or ``None`` when the input is too large.
+
+    ``cheap``: every source only projects data Spark holds already (local rows,
+    checkpoints, cached tables: :func:`_held`), so the loop's task reads them itself (``coalesce(1)``,
+    one stage) instead of through a shuffle to one partition (two stages, the sources
+    read in parallel: right when they are computed by a plan of their own).
+
+    ``spread`` (:class:`spark_differential.engine.chunks.Chunks`): the sources go in chunked form
+    to one task per partition, each running the loop over its chunks, and the answers
+    are consolidated across chunks by Spark.
+
+    Raises :class:`IterationLimitExceeded` as the distributed loop does."""
+
+
+    spark = df.sparkSession
+    ttype = cs.ttype
+    data = list(cs.data_cols)
+
+    sql_type = integral_sql(ttype)
+
+    connect = is_connect(spark)
+    if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
+        log.info("dd_iterate: %s=always is not available on Spark Connect", settings.LOCAL_SPREAD)
+        return None
+    union = None
+    for j, (src, cols) in enumerate(zip(sources, program.sources)):
+        if spread is not None:
+            src = spread.chunked(src).withColumn(PART, spread.of(F.col(TIME)))
+        part = tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))], ttype,
+                          part=spread is not None and PART in src.columns)
+        union = part if union is None else union.unionByName(part, allowMissingColumns=True)
+    assert union is not None
+    if spread is not None:
+
+        program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
+        union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
+    else:
+        union = union.coalesce(1) if cheap else union.repartition(1)
+        if not connect:  # (on Spark Connect the answer is read from the checkpoint)
+            program = dataclasses.replace(program, local_rows=LOCAL_RESULT_ROWS)
+    data_fields = [T.StructField(c, cs.field(c).dataType, True) for c in data]
+    row_fields = [*[T.StructField(n, T.LongType(), True) for n in leaves(program.width)],
+                  T.StructField(DIFF, T.LongType(), True)]
+    fields = [*data_fields, T.StructField(ROWS, T.ArrayType(T.StructType(row_fields), False), True)]
+    if connect:
+        # Spark Connect has no accumulators: each task's last row says how it ended (META),
+        # kept in the checkpoint and read back (one small job)
+        fields.append(T.StructField(META, T.StringType(), True))
+    schema = T.StructType(fields)
+    reports = None if connect else spark.sparkContext.accumulator([], Reports.param())
+    out = union.mapInArrow(task(program, arrow_schema(spark, schema), reports), schema)
+    started = _time.time()
+    if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
+        names_ = [*data, *leaves(program.width)]
+        out = out.select(*qcols(data), F.inline(ROWS)).groupBy(*qcols(names_)).agg(
+            F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    try:
+        kept = out.localCheckpoint(eager=True)
+    except Exception as e:
+        if reports is not None:
+            Reports.take(reports)
+        mine = from_job_failure(e)
+        if mine is not None:
+            raise mine from e
+        raise
+    small = None  # the answer as Arrow IPC bytes, where it came back with the job
+    if reports is None:  # the task's status row, from the checkpoint (one small job reading it)
+        metrics = read_metrics([r[0] for r in kept.where(F.col(META).isNotNull()).select(META).collect()])
+        kept = kept.where(F.col(META).isNull())
+    else:
+        got = Reports.take(reports)
+        metrics = read_metrics([m for m, _ in got])
+        if spread is None and len(got) == 1:
+            small = got[0][1]
+    status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
+    if status == TOO_LARGE:
+        log.info("dd_iterate: %s more than %d input rows (%s)",
+                 "a task of time chunks would hold" if spread is not None else "one task would hold",
+                 program.limit, settings.LOCAL_ROWS)
+        return None
+    elapsed = _time.time() - started
+    # one task: its changes per iteration; several: only the longest task's count is known
+    history = [] if spread is not None else [int(x) for x in str(metrics.get("history") or "").split(",") if x]
+    for i, n in enumerate(history, start=1):
+        log.info("dd_iterate: iteration %d: %d changes (in one task, %.1fs)", i, n, elapsed)
+    if bar is not None:
+        bar.update(len(history))
+        if history:
+            bar.set_postfix(changes=history[-1])
+    nchunks = int(metrics.get("chunks") or 0)
+    if spread is not None:
+        log.info("dd_iterate: %d iterations inside one task per partition, in %d time chunks (%.1fs)", iters,
+                 spread.count, elapsed)
+    else:
+        reading, looping = (str(metrics.get("phases") or "0,0").split(",") + ["0"])[:2]
+        log.info("dd_iterate: %d iterations inside one task%s (%.1fs; in the task %.2fs reading its input, %.2fs "
+                 "iterating)", iters, f", in {nchunks} time chunks" if nchunks else "", elapsed, float(reading),
+                 float(looping))
+    if status == LIMIT:
+        raise IterationLimitExceeded.of(program.max_iterations, iters, changing)
+    if metrics.get("local"):  # the answer came back with the job: local rows, no job to read them
+        rows = T.StructType([*data_fields, *row_fields])
+        arrow = arrow_schema(spark, rows)
+        table = pa.ipc.open_stream(small).read_all() if small else arrow.empty_table()
+        kept = spark.createDataFrame(conform(table.select(arrow.names), arrow), rows)
+    elif spread is None:
+        kept = kept.select(*qcols(data), F.inline(ROWS))
+    if sql_type is not None:
+        return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
+    time_col = ttype.decode_columns([F.col(n) for n in leaves(program.width)])
+    return kept.select(*qcols(data), time_col.alias(TIME), F.col(DIFF))
+
+
+def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame], loop_t: Loop,
+            check: Callable[[Any], DataFrame], max_iterations: int | None, bar: Any = None) -> DataFrame | None:
+    """The loop run inside one task, or ``None`` (with the reason logged) to run it distributed."""
+    limit = settings.local_rows(df.sparkSession)
+    if limit == 0:
+        return None
+    started = _time.time()
+    try:
+        program, sources = record(df, loop_t, cs, body, check, max_iterations, limit)
+    except Untranslatable as e:
+        log.info("dd_iterate: running distributed, not inside one task: %s", e)
+        return None
+    log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
+    if not settings.local_spread(df.sparkSession):
+        estimate, held = estimated_rows(sources)
+        if estimate > limit:
+            log.info("dd_iterate: running distributed, not inside one task: Spark estimates %d input rows (%s=%d)",
+                     estimate, settings.LOCAL_ROWS, limit)
+            return None
+        result = run(df, cs, program, sources, bar, cheap=held)
+        if result is None:
+            log.info("dd_iterate: running distributed, not inside one task: too many rows for one task")
+        return result
+    spread = _spread(program, cs, sources)
+    result = None if spread is None else run(df, cs, program, sources, bar, spread)
+    if result is None:
+        log.info("dd_iterate: running distributed, not inside tasks: %s",
+                 "too many rows for one task per time chunk" if spread is not None else "the loop is not chunkable")
+    return result
+
+
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> Any:
+    """Time chunks planned on the driver (one aggregate job per source) to spread a loop too
+    large for one task over one task per partition, or ``None`` (not chunkable)."""
+
+    if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
+        return None
+    return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)

@@ -1,0 +1,208 @@
+"""The sources of an in-task program: tagged into the one table a task reads, and their size.
+
+On ``(data, time, diff)``: source ``j`` of a program (the loop's roots first, then every
+outer collection its body reads) reaches the task as rows ``SRC = j`` of one table, its
+columns under positional names (:func:`tag_name`) with the time's leaves and diff, null
+times and diffs failing with the error every collection entering a loop gets.  Its size
+is estimated from Spark's plan, before any job (:func:`estimated_rows`,
+:func:`held_rows`): what decides whether one task should hold it.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from spark_differential.core.collection import DIFF, TIME, integral_sql, null_guard, null_guard_sql, qcol, quoted
+from spark_differential.core.lazy import lazy
+from spark_differential.core.names import SRC
+from spark_differential.core.session import is_connect
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+log = logging.getLogger("spark_differential.iterate")
+PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
+
+
+def tag_name(j: int, i: int) -> str:
+    """The name of column ``i`` of source ``j`` in the one table a loop's task reads."""
+    return f"_sd{j}_{i}"
+
+
+def source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
+    return pa.Table.from_arrays([table.column(tag_name(j, i)) for i in range(len(cols))], names=list(cols))
+
+
+def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = False, op: str = "dd_iterate") -> Any:
+    """Source ``j`` of a loop's task as rows of the one table the task reads: ``SRC = j``, its
+    columns ``cols`` and the time's leaves and diff under positional names (:func:`tag_name`: user
+    names may hold dots or backticks), with the null checks of every collection entering a loop
+    (as iterate.py's on the distributed path, named for ``op``); ``part``: keep the column ``PART`` too."""
+    from pyspark.sql import functions as F
+
+
+    sql_type = integral_sql(ttype)
+    if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
+        leaf = f"CAST({quoted(TIME)} AS BIGINT)"
+        return d.selectExpr(
+            f"{j} AS {SRC}",
+            *[f"{quoted(c)} AS {tag_name(j, i)}" for i, c in enumerate(cols)],
+            f"{null_guard_sql(leaf, [leaf], 'time', op)} AS {tag_name(j, len(cols))}",
+            f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', op)} "
+            f"AS {tag_name(j, len(cols) + 1)}",
+            *([quoted(PART)] if part else []),
+        )
+    enc = [null_guard(leaf, [leaf], "time", op) for leaf in ttype.encode_column(F.col(TIME))]
+    return d.select(
+        F.lit(j).alias(SRC),
+        *[qcol(c).alias(tag_name(j, i)) for i, c in enumerate(cols)],
+        *[leaf.alias(tag_name(j, len(cols) + i)) for i, leaf in enumerate(enc)],
+        null_guard(F.col(DIFF).cast("long"), [F.col(DIFF)], "diff", op).alias(tag_name(j, len(cols) + len(enc))),
+        *([F.col(PART)] if part else []),
+    )
+
+
+def estimated_rows(sources: Sequence[Any]) -> tuple[int, bool]:
+    """A lower estimate of the sources' rows from Spark's plan statistics (no job), and
+    whether every source only reads rows Spark holds already (:func:`_held`).
+
+    The estimate is the row count where Spark knows it (checkpoints, cached and local
+    data), else the size over a generous row width; 0 where nothing is known (the task's
+    own count then decides)."""
+    total = 0
+    held = True
+    for df in sources:
+        if is_connect(df):
+            rows, ok = connect_held(df._plan)
+            total += rows
+            held = held and ok
+            continue
+        try:
+            plan = df._jdf.queryExecution().optimizedPlan()
+            held = held and _held(plan)
+            stats = plan.stats()
+            rows = stats.rowCount()
+            if rows.isDefined():
+                total += int(str(rows.get()))
+                continue
+            size = int(str(stats.sizeInBytes()))
+        except Exception:  # noqa: BLE001 - a session without plan statistics: no estimate
+            held = False
+            continue
+        if size < (1 << 62):  # Spark's "unknown" is Long.MaxValue
+            total += size // (16 * (len(df.columns) + 1))
+    return total, held
+
+
+HELD = {"LogicalRDD", "LocalRelation", "InMemoryRelation", "Project", "Filter", "SubqueryAlias", "Union"}
+
+
+def _held(plan: Any) -> bool:
+    """Whether a plan only reads rows Spark holds already (local rows, checkpoints, cached
+    tables) and projects or filters them: no file scan, join or aggregate whose work one
+    task should not do alone.  (A filter's estimated size is its input's, so a filter
+    over more held rows than the loop's limit is already sent to the distributed path.)"""
+    if plan.nodeName() not in HELD:
+        return False
+    children = plan.children()
+    return all(_held(children.apply(i)) for i in range(children.size()))
+
+
+CONNECT_PASS = {"Project", "Filter", "SubqueryAlias", "WithColumns", "WithColumnsRenamed", "Drop", "ToDF"}
+
+
+# rows Spark Connect holds whose number the client's plan does not say (checkpoints, cached local data)
+CONNECT_CACHED = {"CachedLocalRelation", "ChunkedCachedLocalRelation", "CachedRemoteRelation", "CachedRelation"}
+
+
+CONNECT_HELD = {"LocalRelation", "SetOperation"} | CONNECT_PASS | CONNECT_CACHED
+
+
+def connect_held(plan: Any, exact: bool = False) -> tuple[int, bool]:
+    """:func:`_held` for a Spark Connect client's plan (no RPC): whether it only reads local
+    rows or checkpoints (``CachedRemoteRelation``) through projections, filters and unions,
+    and the rows of the local relations it reads (a union's sides summed; a checkpoint's
+    rows are not known here: 0, the task's own count decides).  ``exact``: only local
+    relations, whose rows the client holds, count as held (the rows are then a bound)."""
+    kind = type(plan).__name__
+    if kind not in CONNECT_HELD or getattr(plan, "_references", None) or (exact and kind in CONNECT_CACHED):
+        return 0, False
+    if kind == "SetOperation":
+        if plan.set_op != "union":
+            return 0, False
+        a, b = connect_held(plan._child, exact), connect_held(plan.other, exact)
+        return a[0] + b[0], a[1] and b[1]
+    child = getattr(plan, "_child", None)
+    if child is not None:
+        return connect_held(child, exact)
+    table = getattr(plan, "_table", None)
+    return (table.num_rows if table is not None else 0), True
+
+
+_PASS = {"Project", "Filter", "SubqueryAlias"}
+
+
+def held_rows(df: Any) -> int | None:
+    """At most how many rows ``df`` holds, where its plan says so without a job: local
+    rows (and a Python list parallelised by ``createDataFrame``) through projections,
+    filters and unions; ``None`` for anything else (a file scan, a join, an
+    aggregate, a checkpoint, an operator's output)."""
+    if is_connect(df):
+        rows, held = connect_held(df._plan, exact=True)
+        return rows if held else None
+    try:
+        return _classic_rows(df._jdf.queryExecution().analyzed(), df.sparkSession)
+    except Exception:  # noqa: BLE001 - a plan read differently by this Spark: not known small
+        return None
+
+
+def _classic_rows(plan: Any, spark: Any) -> int | None:
+    kind = plan.nodeName()
+    if kind == "LocalRelation":
+        return int(plan.data().size())
+    if kind == "LogicalRDD":
+        return _parallelised_rows(plan.rdd(), spark)
+    children = plan.children()
+    kids = [children.apply(i) for i in range(children.size())]
+    if kind in _PASS or (kind == "Union" and kids):
+        total = 0
+        for k in kids:
+            n = _classic_rows(k, spark)
+            if n is None:
+                return None
+            total += n
+        return total
+    return None
+
+
+def _parallelised_rows(rdd: Any, spark: Any) -> int | None:
+    """A bound on the rows of a classic ``createDataFrame`` of a Python list: its RDD
+    descends from the ``ParallelCollectionRDD`` of the list's pickled batches, each of
+    at most ``max(1024, batchSize)`` rows (``SparkContext.parallelize``).  Read once per
+    RDD (an RDD does not change; its lineage costs a few py4j round trips per step)."""
+    sc = spark.sparkContext
+    known = _RDD_ROWS.setdefault(sc, {})
+    key = int(rdd.id())
+    if key not in known:
+        known[key] = _lineage_rows(rdd, sc)
+    return known[key]
+
+
+# SparkContext -> RDD id -> _lineage_rows (RDD ids restart with every SparkContext)
+_RDD_ROWS: weakref.WeakKeyDictionary[Any, dict[int, int | None]] = weakref.WeakKeyDictionary()
+
+
+def _lineage_rows(rdd: Any, sc: Any) -> int | None:
+    for _ in range(8):
+        if rdd.getClass().getSimpleName() == "ParallelCollectionRDD":
+            parts = rdd.partitions()
+            batches = sum(int(parts[i].values().size()) for i in range(len(parts)))
+            size = int(getattr(sc, "_batchSize", 0) or 0)
+            return batches * max(1024, size)
+        deps = rdd.dependencies()
+        if deps.size() != 1:
+            return None
+        rdd = deps.head().rdd()
+    return None
