@@ -17,7 +17,7 @@ SECTIONS = [
     ("Change data in and out", ["from_change_feed", "from_cdc", "from_intervals", "dd_to_intervals"]),
     ("Linear operators", ["dd_negate", "dd_concat"]),
     ("Joins", ["dd_join", "dd_semijoin", "dd_antijoin"]),
-    ("Reductions", ["dd_reduce", "dd_count", "dd_sum", "dd_min", "dd_max", "dd_distinct", "dd_threshold"]),
+    ("Reductions", ["dd_reduce", "dd_count", "dd_sum", "dd_min", "dd_max", "dd_distinct", "dd_threshold", "dd_top_k"]),
     ("Iteration", ["dd_iterate"]),
     ("Calculus and as-of joins", ["differentiate", "integrate", "dd_delay", "dd_asof_join", "sql"]),
     ("Arrangements", ["dd_arrange"]),

@@ -32,6 +32,7 @@ from spark_differential.operators.consolidate import dd_consolidate
 from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
 from spark_differential.operators.linear import dd_concat, dd_negate
 from spark_differential.operators.reduce import dd_count, dd_distinct, dd_max, dd_min, dd_reduce, dd_sum, dd_threshold
+from spark_differential.operators.topk import dd_top_k
 from spark_differential.sql.compile import sql
 
 __version__ = "0.1.0"
@@ -55,6 +56,7 @@ METHODS = {
     "dd_max": dd_max,
     "dd_distinct": dd_distinct,
     "dd_threshold": dd_threshold,
+    "dd_top_k": dd_top_k,
     "dd_iterate": dd_iterate,
     "differentiate": differentiate,
     "integrate": integrate,
