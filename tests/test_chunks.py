@@ -18,7 +18,8 @@ from test_iterate import batched_graphs, bfs, interval_edges, prefixed
 
 import spark_differential as sd
 from spark_differential.core import lattice
-from spark_differential.engine.chunks import CONF, Chunks
+from spark_differential.core.settings import CHUNK_ROWS as CONF
+from spark_differential.engine.chunks import Chunks
 from spark_differential.errors import ConfigurationError
 from spark_differential.intask import chunking
 from spark_differential.loop import distributed as loop_distributed

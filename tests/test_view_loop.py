@@ -137,7 +137,7 @@ def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int) -
             assert table.schema == sp.schema
     edges, roots = inputs["edges"], inputs["roots"]
     whole = [arrow(cols, inputs[k].updates, lat, body, k) for cols, k in zip(program.sources, kinds)]
-    once, _, _ = iteration.iterate(program, whole)
+    once, _, _ = iteration.fixed_point(program, whole)
     last = steps[-1][0]  # what the view returned and what it owes: the times not in the future of the last frontier
 
     def done(updates: list) -> list:

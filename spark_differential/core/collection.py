@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.lattice import RESERVED_PREFIX, TimeType, Total, from_spark_type
+from spark_differential.core.lattice import INTEGRAL_KINDS, RESERVED_PREFIX, Loop, TimeType, Total, from_spark_type
 from spark_differential.errors import (
     DiffTypeError,
     MissingColumnError,
@@ -189,7 +189,6 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
     dropped, merged or advanced.  No extra job: the check is part of the operator's
     own scan.  Columns the schema declares non-nullable, and collections inside a
     ``dd_iterate`` body (checked where they enter the loop), are returned as they are."""
-    from spark_differential.core.lattice import Loop
 
     if isinstance(cs.ttype, Loop):
         return df
@@ -214,7 +213,6 @@ def checked(df: DataFrame, cs: CollectionSchema, op: str) -> DataFrame:
 def integral_sql(ttype: Any) -> str | None:
     """The Spark SQL type of an integral total time (its own encoding), or ``None`` (a
     time whose encoding is built from Columns: struct, date, timestamp, alt/neu, loop)."""
-    from spark_differential.core.lattice import INTEGRAL_KINDS
 
     if not isinstance(ttype, Total) or ttype.kind not in INTEGRAL_KINDS:
         return None

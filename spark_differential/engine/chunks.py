@@ -35,14 +35,12 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_differential.core import conf as _conf
 from spark_differential.core.collection import DIFF, TIME, qcols
 from spark_differential.core.lattice import TimeType, Total
 
 log = logging.getLogger("spark_differential.iterate")
 
 CHUNK = "_sd_chunk"
-CONF = "spark_differential.iterate.chunkRows"
 AUTO_MIN_ROWS = 2000  # below this many updates per chunk, slicing time costs more than it saves
 # inside one task (spark_differential.intask.loop) a chunk's fixed cost is its snapshot's rows met
 # again at every iteration, while its gain (short key histories) is mostly taken by the traced
@@ -116,28 +114,6 @@ class Chunks:
 
 def _data(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c not in (TIME, DIFF)]
-
-
-def rows_setting(spark: object) -> int | None:
-    """Updates per chunk from ``spark_differential.iterate.chunkRows``: a number, ``auto``
-    (``None``) or ``0``/``off`` (never slice, returned as ``0``)."""
-    try:
-        raw = str(_conf.get(spark, CONF, "auto")).strip().lower()
-    except Exception:  # pragma: no cover - a session without runtime conf
-        raw = "auto"
-    if raw in ("auto", ""):
-        return None
-    if raw in ("off", "false", "none", "0"):
-        return 0
-    try:
-        value = int(raw)
-    except ValueError:
-        from spark_differential.errors import ConfigurationError
-
-        raise ConfigurationError(
-            f"{CONF} must be a positive number of updates per chunk, 'auto' or 'off'; got {raw!r}"
-        ) from None
-    return max(0, value)
 
 
 def layout(n: int, live: int, lo: int | None, hi: int | None, setting: int | None, factor: int = 1,

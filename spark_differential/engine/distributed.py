@@ -74,7 +74,7 @@ def _binary(kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema) -> 
     return fn
 
 
-def run(
+def run_kernel(
     kernel: Callable[..., pa.Table],
     params: Any,
     inputs: Sequence[Input],
@@ -273,8 +273,8 @@ def run_call(call: StatefulCall) -> DataFrame:
         )
         sources = [i for i, _ in call.out_columns] + [tname, D]
         kernel = functools.partial(_user_named, call.kernel, sources, user.names)
-        return run(kernel, call.params, call.inputs, user, call.op)
-    out = run(call.kernel, call.params, call.inputs, schema, call.op)
+        return run_kernel(kernel, call.params, call.inputs, user, call.op)
+    out = run_kernel(call.kernel, call.params, call.inputs, schema, call.op)
     return finish(out, call.out_columns, kernel_type)
 
 

@@ -29,7 +29,7 @@ pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.iterate")
 
 
-def iterate(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int], int]:
+def fixed_point(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table, list[int], int]:
     """Run the loop from its sources (the roots first) to its fixed point: ``(result, changes of
     each iteration, number of time chunks)``; :func:`stream`'s pieces as one table.
 

@@ -33,7 +33,7 @@ from spark_differential.errors import IterationLimitExceeded, from_job_failure
 from spark_differential.intask.program import Chunking, Program
 from spark_differential.intask.record import record
 from spark_differential.intask.sources import PART, estimated_rows, tag_source
-from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, task
+from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, loop_task
 from spark_differential.intask.task import metrics as read_metrics
 from spark_differential.intask.translate import Untranslatable, leaves
 from spark_differential.kernels.common import conform
@@ -48,7 +48,7 @@ LOCAL_RESULT_ROWS = 10_000
 
 
 
-def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
+def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
         spread: Any = None, cheap: bool = False) -> Any | None:
     """Run the loop in one task; the result collection, or ``None`` when the input is too large.
 
@@ -100,7 +100,7 @@ def run(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any],
         fields.append(T.StructField(META, T.StringType(), True))
     schema = T.StructType(fields)
     reports = None if connect else spark.sparkContext.accumulator([], Reports.param())
-    out = union.mapInArrow(task(program, arrow_schema(spark, schema), reports), schema)
+    out = union.mapInArrow(loop_task(program, arrow_schema(spark, schema), reports), schema)
     started = _time.time()
     if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
         names_ = [*data, *leaves(program.width)]
@@ -182,12 +182,12 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
             log.info("dd_iterate: running distributed, not inside one task: Spark estimates %d input rows (%s=%d)",
                      estimate, settings.LOCAL_ROWS, limit)
             return None
-        result = run(df, cs, program, sources, bar, cheap=held)
+        result = run_in_task(df, cs, program, sources, bar, cheap=held)
         if result is None:
             log.info("dd_iterate: running distributed, not inside one task: too many rows for one task")
         return result
     spread = _spread(program, cs, sources)
-    result = None if spread is None else run(df, cs, program, sources, bar, spread)
+    result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
     if result is None:
         log.info("dd_iterate: running distributed, not inside tasks: %s",
                  "too many rows for one task per time chunk" if spread is not None else "the loop is not chunkable")

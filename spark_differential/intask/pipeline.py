@@ -379,7 +379,7 @@ def _dataframe(spark: Any, recipe: Remembered, pipeline: Pipeline, sources: Sequ
     if faults_on(spark):  # the test-only switch failing every kernel's first attempt
         pipeline = dataclasses.replace(pipeline, steps=tuple(
             dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) for st in pipeline.steps))
-    out = union.coalesce(1).mapInArrow(task(pipeline, pipeline.out_schema), schema)
+    out = union.coalesce(1).mapInArrow(pipeline_task(pipeline, pipeline.out_schema), schema)
     data = list(pipeline.data)
     sql_type = integral_sql(ttype)
     if sql_type is not None:
@@ -409,7 +409,7 @@ def evaluate(pipeline: Pipeline, sources: Sequence[pa.Table]) -> pa.Table:
     return conform(consolidated(result, pipeline.out_schema.names[:-1]), pipeline.out_schema)
 
 
-def task(pipeline: Pipeline, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def pipeline_task(pipeline: Pipeline, out_schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: read every source (tagged), run the pipeline, yield its output."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -114,7 +114,7 @@ class Reports:
         return value
 
 
-def task(program: Program, out_schema: pa.Schema,
+def loop_task(program: Program, out_schema: pa.Schema,
          reports: Any = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: read every source, iterate, yield the result.
 

@@ -55,13 +55,15 @@ from spark_differential.core.history import note as _note_history
 from spark_differential.core.lattice import ALTNEU_NEU, ALTNEU_TIME, AltNeu, Loop, Total
 from spark_differential.core.scope import unify
 from spark_differential.engine.call import StatefulCall, execute
-from spark_differential.engine.distributed import run
+from spark_differential.engine.distributed import run_kernel
 from spark_differential.engine.kernel_form import Input, finish, kernel_fields, key_casts, time_fields
 from spark_differential.errors import SchemaMismatchError, TimeTypeError, TimeTypeMismatchError
 from spark_differential.io.tables import UpsertLog, from_upserts, upsert_log
 from spark_differential.kernels import asof as kasof
 from spark_differential.kernels import join as kjoin
 from spark_differential.kernels.common import keys, names
+from spark_differential.operators.join import dd_antijoin, dd_join
+from spark_differential.operators.reduce import dd_distinct
 
 
 def _altneu(col: object, neu: bool) -> object:
@@ -388,7 +390,7 @@ def _asof_upserts(
     out_fields = kernel_fields(ia) + kernel_fields(ib, with_keys=False)[: len(values)]
     cols = list(zip(keys(len(keys_)), keys_)) + list(zip(names("_a", len(a_data)), a_data))
     cols += list(zip(names("_b", len(values)), values))
-    out = run(kasof.asof_upserts, params, [ia, ib], T.StructType([*out_fields, *time_fields(a.ttype)]), op)
+    out = run_kernel(kasof.asof_upserts, params, [ia, ib], T.StructType([*out_fields, *time_fields(a.ttype)]), op)
     return finish(out, cols, a.ttype)
 
 
@@ -403,8 +405,6 @@ def _asof_calculus(
 ) -> DataFrame:
     d_orders = differentiate(orders)
     p = dd_delay(prices) if strict else prices
-    from spark_differential.operators.join import dd_antijoin, dd_join
-    from spark_differential.operators.reduce import dd_distinct
 
     matched = integrate(dd_join(d_orders, p, keys_))
     if how == "inner":
