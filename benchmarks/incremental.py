@@ -31,11 +31,11 @@ What is measured
     The issue's targets (at ``--updates 1000``): per-update time after 1,000
     updates at most 1.2x the time after 10, stored state flat.
 
-    Stages (see ``spark_differential/incremental.py``): both queries run in stage 2
+    Stages (see ``spark_differential/incremental/``): both queries run in stage 2
     (per-operator traces; the query runs on the changes only, so an update's
     kernels see the changes and the trace rows of the keys they touch; ``bfs``'s
     ``dd_iterate`` keeps per-iteration traces and runs inside one task,
-    ``spark_differential/view_loop.py``).  Stage 1 re-runs the query over the
+    ``spark_differential/incremental/loop.py``).  Stage 1 re-runs the query over the
     compacted inputs at each update (its cost follows their live size).
     ``--stage compare`` runs each workload twice on the same data, as ``<name>-s2``
     (the stage the view picks) and ``<name>-s1`` (``stage=1`` forced), in the same

@@ -23,6 +23,7 @@ from spark_differential.engine.chunks import Chunks
 from spark_differential.errors import ConfigurationError
 from spark_differential.intask import chunking
 from spark_differential.loop import distributed as loop_distributed
+from spark_differential.loop import packed as loop_packed
 from spark_differential.trace import spark as trace_spark
 
 
@@ -188,6 +189,7 @@ def test_library_bfs_runs_kernels_per_partition_without_a_shuffle(spark, monkeyp
         return out
 
     monkeypatch.setattr(loop_distributed, "run_prepared", spy)
+    monkeypatch.setattr(loop_packed, "run_prepared", spy)  # dd_min's packed kernel runs from there
     with chunk_rows(spark, rows):
         got = algorithms.bfs(to_df(spark, edges, lat), to_df(spark, roots, lat))
         assert_matches(got, ref_bfs(edges, roots, lat))

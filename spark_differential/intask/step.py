@@ -22,7 +22,7 @@ from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.intask.program import Concat, Stateful, StepInput
 from spark_differential.intask.translate import NoArrow, Relation, evaluate, leaves
-from spark_differential.kernels import duck, extremum, fixed_join
+from spark_differential.kernels import duck
 from spark_differential.kernels.common import NEW, D, conform, keys, names, times
 from spark_differential.kernels.join import JoinParams, consolidated
 from spark_differential.kernels.native import KeySorted
@@ -31,6 +31,9 @@ from spark_differential.trace.arrow import ArrowTrace
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
+# numba-compiled kernels, loaded by the first loop that uses them (numba costs seconds to import)
+extremum = lazy("spark_differential.kernels.extremum")
+fixed_join = lazy("spark_differential.kernels.fixed_join")
 log = logging.getLogger("spark_differential.iterate")
 
 

@@ -34,7 +34,7 @@ class MergePolicy:
     ``ratio`` times their size, and while more than ``max_batches`` would remain (``None``:
     no bound).
 
-    >>> MergePolicy(2, 8).start([100, 30, 20])   # 30 <= 2 * 20 joins, then 100 > 2 * 50 stops
+    >>> MergePolicy(2, 8).start([120, 30, 20])   # 30 <= 2 * 20 joins, then 120 > 2 * 50 stops
     1
     >>> MergePolicy(2, None).start([10, 100])     # the newest alone: nothing merges
     1
