@@ -530,7 +530,7 @@ class _Trace:
     # the trace prepared as a join's side that no longer changes (kernels.fixed_join.Fixed;
     # False: it cannot be), made on first use and dropped when a batch is added
     fixed: Any = None
-    # a traced dd_min/dd_max's output kept between iterations (kernels.extremum.ExtremumCache),
+    # a traced dd_min/dd_max's output kept between iterations (kernels.extremum_cache.ExtremumCache),
     # made while the trace is empty; False once a batch was added without it (it no longer
     # describes the trace)
     extremum: Any = None
@@ -599,7 +599,7 @@ class _Trace:
         from spark_differential.kernels.common import conform
 
         if self.key:
-            # within a key in time order: what a reduction's sweep reads (kernels.extremum)
+            # within a key in time order: what a reduction's sweep reads (kernels.extremum_traced)
             kept = native.key_sorted(table, self.key, then=[c for c in table.column_names if _TIME_LEAF.fullmatch(c)],
                                      runs=runs)
             if kept is not None:
@@ -687,7 +687,7 @@ def user_named(step: Stateful, out: pa.Table) -> pa.Table:
 def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
                      olds: Sequence[_Trace | None]) -> tuple[pa.Table, Any] | None:
     """``dd_min``/``dd_max`` of one loop input read against its trace in place
-    (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
+    (:func:`spark_differential.kernels.extremum_traced.min_max_traced`: the touched trace rows
     are never gathered into a table, nor numbered), with the new updates as the trace's
     next batch (sorted once, for both: :meth:`_Trace.batch`), or ``None`` where that does
     not apply (the step then reads its trace and calls its kernel).
@@ -701,20 +701,21 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
     if not (isinstance(p, ReduceParams) and p.agg in ("min", "max") and p.ndata == 1 and p.ttype.is_total()
             and step.width == 1 and len(news) == 1 and news[0] is not None and olds[0] is not None):
         return None
-    from spark_differential.kernels import extremum
+    from spark_differential.kernels.extremum_cache import ExtremumCache
+    from spark_differential.kernels.extremum_traced import min_max_traced
     from spark_differential.kernels.native import KeySorted
 
     trace = olds[0]
     if trace.extremum is None and not trace.batches:
-        trace.extremum = extremum.ExtremumCache(p.nkeys)
+        trace.extremum = ExtremumCache(p.nkeys)
     cache = trace.extremum or None
     batch = trace.batch(news[0])
     if isinstance(batch, KeySorted):  # consolidated, in key and time order: the sweep needs no sort of its own
-        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
-                                      sorted_new=batch, cache=cache)
+        out = min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
+                             sorted_new=batch, cache=cache)
     else:
-        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key,
-                                      cache=cache)
+        out = min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key,
+                             cache=cache)
     return None if out is None else (out, batch)
 
 
