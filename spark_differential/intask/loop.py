@@ -1279,11 +1279,11 @@ def _runs(result: pa.Table, data: Sequence[str], schema: pa.Schema) -> pa.Table:
     start = np.zeros(n, dtype=bool)
     if n:
         start[0] = True
-    from spark_differential.kernels.native import _int_values
+    from spark_differential.kernels.native import int_values
 
     for c in data:
         col = result.column(c)
-        values = _int_values(col)  # integers without nulls: numpy compares them
+        values = int_values(col)  # integers without nulls: numpy compares them
         if values is not None:
             start[1:] |= values[1:] != values[:-1]
             continue
