@@ -3,8 +3,8 @@
 Inside the in-task loop a traced ``dd_min`` keeps, per key, its output as steps over
 time with the count of the least value, and answers most keys from those steps and the
 iteration's new updates without reading their trace
-(``extremum.min_max_traced(..., cache=)``).  Over a run of iterations (each one's new
-updates then joining the trace as a key-sorted batch, as ``arrow_trace.ArrowTrace`` does)
+(``extremum_traced.min_max_traced(..., cache=)``).  Over a run of iterations (each one's new
+updates then joining the trace as a key-sorted batch, as ``trace.arrow.ArrowTrace`` does)
 every iteration's output must equal, row for row, the sweep over the trace
 (``cache=None``) and a brute force: ``F(all) − F(old)``, with ``F`` the least (greatest)
 value of positive accumulated count at each time, computed key by key, time by time.
@@ -22,7 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_differential.kernels import extremum, native
+from spark_differential.kernels import native
+from spark_differential.kernels.extremum_cache import ExtremumCache
+from spark_differential.kernels.extremum_traced import min_max_traced
 
 
 def _brute(rows: list[tuple], times: list[int], largest: bool) -> dict[tuple, dict[int, int | None]]:
@@ -121,7 +123,7 @@ def test_cache_equals_sweep_and_brute_force(seed: int) -> None:
     presorted = seed % 2 == 0  # the new updates as the loop gives them (key-sorted) or as they come
     key = tuple(f"_k{i}" for i in range(nkeys))
     spread, times = [3, 40][seed % 3 == 2], [6, 30][seed % 5 == 4]
-    cache = extremum.ExtremumCache(nkeys)
+    cache = ExtremumCache(nkeys)
     batches: list = []
     seen: list[tuple] = []
     live: dict = {}
@@ -132,8 +134,8 @@ def test_cache_equals_sweep_and_brute_force(seed: int) -> None:
         assert sorted_new is not None
         kwargs = {"sorted_new": sorted_new} if presorted else {}
         given = sorted_new.table if presorted else new
-        got = extremum.min_max_traced(nkeys, largest, pa.int64(), given, batches, key, cache=cache, **kwargs)
-        swept = extremum.min_max_traced(nkeys, largest, pa.int64(), given, batches, key, **kwargs)
+        got = min_max_traced(nkeys, largest, pa.int64(), given, batches, key, cache=cache, **kwargs)
+        swept = min_max_traced(nkeys, largest, pa.int64(), given, batches, key, **kwargs)
         assert got is not None and swept is not None
         expected = _difference(seen, rows, largest)
         assert _got(swept, nkeys) == expected
@@ -152,13 +154,13 @@ def test_cache_answers_without_the_trace() -> None:
     """An insertion below the least and a duplicate of it: no trace row read; retracting
     one of the two copies neither; retracting the last one reads the trace."""
     key = ("_k0",)
-    cache = extremum.ExtremumCache(1)
+    cache = ExtremumCache(1)
     batches: list = []
 
     def step(rows: list[tuple]) -> Counter:
         new = native.key_sorted(_table(rows, 1, True), key, then=["_t0"])
         assert new is not None
-        out = extremum.min_max_traced(1, False, pa.int64(), new.table, batches, key, sorted_new=new, cache=cache)
+        out = min_max_traced(1, False, pa.int64(), new.table, batches, key, sorted_new=new, cache=cache)
         assert out is not None
         kept = native.key_sorted(_table(rows, 1, False), key, then=["_t0"])
         batches.append(kept)

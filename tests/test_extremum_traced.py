@@ -2,7 +2,7 @@
 
 Inside the in-task loop (``spark_differential.intask``) a ``dd_min`` keeps its
 trace as batches sorted by key (``native.key_sorted``) and
-``extremum.min_max_traced`` reads the touched keys' rows where they lie.  It must
+``extremum_traced.min_max_traced`` reads the touched keys' rows where they lie.  It must
 give exactly what ``extremum.min_max`` gives on the same rows gathered into one
 table (trace rows with ``_new`` false, then the new updates): random traces in
 several batches, keys of one and two columns, values in narrow and wide ranges
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from spark_differential.kernels import extremum, native
+from spark_differential.kernels.extremum_traced import min_max_traced
 
 
 def _table(rng: np.random.Generator, n: int, nkeys: int, spread: int, times: int, new: bool) -> pa.Table:
@@ -55,7 +56,7 @@ def test_traced_equals_min_max_on_rows(seed: int) -> None:
         values = new.column("_a0").to_pylist()
         new = new.set_column(new.schema.get_field_index("_a0"), "_a0",
                              pa.array([None if i % 3 == 0 else v for i, v in enumerate(values)], pa.int64()))
-    got = extremum.min_max_traced(nkeys, largest, pa.int64(), new, batches, key)
+    got = min_max_traced(nkeys, largest, pa.int64(), new, batches, key)
     assert got is not None
     trace = pa.concat_tables([b.table for b in batches]) if batches else new.slice(0, 0)
     touched = native.touching(trace, new, list(key))
@@ -67,7 +68,7 @@ def test_traced_equals_min_max_on_rows(seed: int) -> None:
 
 def test_traced_declines_what_it_does_not_cover() -> None:
     new = pa.table({"_k0": ["a"], "_a0": [1], "_t0": [0], "_d": [1], "_new": [True]})
-    assert extremum.min_max_traced(1, False, pa.int64(), new, [], ("_k0",)) is None  # a string key
+    assert min_max_traced(1, False, pa.int64(), new, [], ("_k0",)) is None  # a string key
     unsorted = pa.table({"_k0": [1], "_a0": [1], "_t0": [0], "_d": [1], "_new": [False]})
     new = pa.table({"_k0": [1], "_a0": [2], "_t0": [1], "_d": [1], "_new": [True]})
-    assert extremum.min_max_traced(1, False, pa.int64(), new, [unsorted], ("_k0",)) is None  # a trace not key-sorted
+    assert min_max_traced(1, False, pa.int64(), new, [unsorted], ("_k0",)) is None  # a trace not key-sorted

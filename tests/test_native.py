@@ -18,7 +18,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_differential.intask.translate import NoArrow, _arrow_expr, evaluate
+from spark_differential.intask.arrow_program import NoArrow, arrow_expr, evaluate
 from spark_differential.kernels import native
 
 I64 = (-(1 << 63), (1 << 63) - 1)
@@ -133,7 +133,7 @@ def test_arrow_expressions_equal_duckdb(text: str, data: Any) -> None:
         "f": pa.array(data.draw(st.lists(floats, min_size=n, max_size=n)), pa.float64()),
     })
     tree = sqlglot.parse_one(text, read="duckdb")
-    program = _arrow_expr(tree)
+    program = arrow_expr(tree)
     con = registered(X=table)
     try:
         want: Any = rows(con.sql(f"SELECT {text} AS r FROM X").to_arrow_table())
@@ -153,7 +153,7 @@ def test_arrow_expressions_equal_duckdb(text: str, data: Any) -> None:
 
 def test_arrow_filter_and_union() -> None:
     t = pa.table({"a": pa.array([1, None, 3], pa.int64()), "b": pa.array([0, 2, None], pa.int64())})
-    cond = _arrow_expr(sqlglot.parse_one("a > b", read="duckdb"))
+    cond = arrow_expr(sqlglot.parse_one("a > b", read="duckdb"))
     leaf = ("leaf", "X", ("a", "b"))
     filtered = evaluate(("filter", leaf, cond), {"X": t})
     assert filtered.to_pylist() == [{"a": 1, "b": 0}]  # null comparisons drop the row, as WHERE does

@@ -14,7 +14,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_differential.core.jobs import count_round_trips
-from spark_differential.intask.translate import Translator, Untranslatable, placeholder
+from spark_differential.intask.relation import Untranslatable
+from spark_differential.intask.translate import Translator, placeholder
 
 SCHEMA = T.StructType(
     [
@@ -200,7 +201,7 @@ def test_relations_give_sparks_rows(spark):
 
     from spark_differential.core.session import is_connect
     from spark_differential.engine.kernel_form import arrow_schema
-    from spark_differential.intask.translate import NoArrow, evaluate
+    from spark_differential.intask.arrow_program import NoArrow, evaluate
     from spark_differential.kernels import duck
 
     connect = is_connect(spark)

@@ -69,9 +69,9 @@ from spark_differential.intask import step as in_task  # read at call time (test
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
 from spark_differential.intask.record import record as record_body
+from spark_differential.intask.relation import Untranslatable, leaves
 from spark_differential.intask.sources import source_table, tag_name, tag_source
 from spark_differential.intask.step import relation_rows, run_concat, unconsolidated, user_named
-from spark_differential.intask.translate import Untranslatable, leaves
 from spark_differential.kernels.common import NEW, D, conform, times
 from spark_differential.loop.iterate import check_body_output, new_loop_time, rule_checked
 from spark_differential.trace.arrow import ArrowTrace, concat_tables, consolidated

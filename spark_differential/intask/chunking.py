@@ -19,7 +19,7 @@ from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.engine.chunks import LOCAL_FACTOR, LOCAL_MIN_ROWS, layout
 from spark_differential.intask.program import Chunking, Program, Stateful
-from spark_differential.intask.translate import leaves
+from spark_differential.intask.relation import leaves
 from spark_differential.kernels import duck, native
 from spark_differential.kernels.common import conform, keys, names, window
 from spark_differential.kernels.reduce import ThresholdParams

@@ -19,8 +19,8 @@ from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.intask.chunking import chunk_groups, chunk_step, chunked, group_starts, plan_chunks, unchunked
 from spark_differential.intask.program import Concat, Program, Stateful
+from spark_differential.intask.relation import Relation, leaves
 from spark_differential.intask.step import relation_rows, run_concat, run_step, unconsolidated
-from spark_differential.intask.translate import Relation, leaves
 from spark_differential.kernels.common import conform
 from spark_differential.trace.arrow import ArrowTrace, consolidated
 

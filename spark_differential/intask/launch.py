@@ -32,10 +32,10 @@ from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IterationLimitExceeded, from_job_failure
 from spark_differential.intask.program import Chunking, Program
 from spark_differential.intask.record import record
+from spark_differential.intask.relation import Untranslatable, leaves
 from spark_differential.intask.sources import PART, estimated_rows, tag_source
 from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, loop_task
 from spark_differential.intask.task import metrics as read_metrics
-from spark_differential.intask.translate import Untranslatable, leaves
 from spark_differential.kernels.common import conform
 
 np = lazy("numpy")

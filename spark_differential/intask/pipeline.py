@@ -62,9 +62,10 @@ from spark_differential.engine.call import Below, Handler, StatefulCall
 from spark_differential.engine.kernel_form import time_fields
 from spark_differential.intask.program import Stateful, StepInput
 from spark_differential.intask.record import KernelSchemas, translator_for
+from spark_differential.intask.relation import Relation, Untranslatable, leaves, quote
 from spark_differential.intask.sources import CONNECT_CACHED, CONNECT_HELD, HELD, held_rows, source_table, tag_source
 from spark_differential.intask.step import kernel_input, relation_rows, user_named
-from spark_differential.intask.translate import Relation, Untranslatable, leaves, plan_of, quote
+from spark_differential.intask.translate import plan_of
 from spark_differential.kernels.common import conform
 from spark_differential.trace.arrow import consolidated
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_differential.core.lazy import lazy
-from spark_differential.intask.translate import Relation
+from spark_differential.intask.relation import Relation
 
 np = lazy("numpy")
 pa = lazy("pyarrow")

@@ -29,7 +29,8 @@ from spark_differential.core.session import is_connect
 from spark_differential.engine.call import Below, ConcatCall, Handler, LoopCall, StatefulCall, handling
 from spark_differential.engine.kernel_form import Input, arrow_schema, kernel_fields, time_fields
 from spark_differential.intask.program import Concat, Program, Stateful, StepInput
-from spark_differential.intask.translate import Relation, Translator, Untranslatable, leaves, placeholder
+from spark_differential.intask.relation import Relation, Untranslatable, leaves
+from spark_differential.intask.translate import Translator, placeholder
 from spark_differential.intask.translate_connect import ConnectTranslator
 from spark_differential.kernels.common import NEW
 

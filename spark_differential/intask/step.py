@@ -20,8 +20,9 @@ from typing import Any
 
 from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
+from spark_differential.intask.arrow_program import NoArrow, evaluate
 from spark_differential.intask.program import Concat, Stateful, StepInput
-from spark_differential.intask.translate import NoArrow, Relation, evaluate, leaves
+from spark_differential.intask.relation import Relation, leaves
 from spark_differential.kernels import duck
 from spark_differential.kernels.common import NEW, D, conform, keys, names, times
 from spark_differential.kernels.join import JoinParams, consolidated
@@ -32,7 +33,8 @@ from spark_differential.trace.arrow import ArrowTrace
 np = lazy("numpy")
 pa = lazy("pyarrow")
 # numba-compiled kernels, loaded by the first loop that uses them (numba costs seconds to import)
-extremum = lazy("spark_differential.kernels.extremum")
+extremum_cache = lazy("spark_differential.kernels.extremum_cache")
+extremum_traced = lazy("spark_differential.kernels.extremum_traced")
 fixed_join = lazy("spark_differential.kernels.fixed_join")
 log = logging.getLogger("spark_differential.iterate")
 
@@ -147,7 +149,7 @@ def user_named(step: Stateful, out: pa.Table) -> pa.Table:
 def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
                      olds: Sequence[ArrowTrace | None]) -> tuple[pa.Table, Any] | None:
     """``dd_min``/``dd_max`` of one loop input read against its trace in place
-    (:func:`spark_differential.kernels.extremum.min_max_traced`: the touched trace rows
+    (:func:`spark_differential.kernels.extremum_traced.min_max_traced`: the touched trace rows
     are never gathered into a table, nor numbered), with the new updates as the trace's
     next batch (sorted once, for both: :meth:`ArrowTrace.batch`), or ``None`` where that does
     not apply (the step then reads its trace and calls its kernel).
@@ -163,14 +165,14 @@ def _traced_extremum(step: Stateful, news: Sequence[pa.Table | None],
 
     trace = olds[0]
     if trace.extremum is None and not trace.batches:
-        trace.extremum = extremum.ExtremumCache(p.nkeys)
+        trace.extremum = extremum_cache.ExtremumCache(p.nkeys)
     cache = trace.extremum or None
     batch = trace.batch(news[0])
     if isinstance(batch, KeySorted):  # consolidated, in key and time order: the sweep needs no sort of its own
-        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
+        out = extremum_traced.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], batch.table, trace.batches, trace.key,
                                       sorted_new=batch, cache=cache)
     else:
-        out = extremum.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key,
+        out = extremum_traced.min_max_traced(p.nkeys, p.agg == "max", p.out_types[0], news[0], trace.batches, trace.key,
                                       cache=cache)
     return None if out is None else (out, batch)
 

@@ -22,7 +22,7 @@ from spark_differential.intask.iteration import stream
 from spark_differential.intask.program import Program
 from spark_differential.intask.sources import source_table
 from spark_differential.kernels.common import conform
-from spark_differential.kernels.native import _int_values
+from spark_differential.kernels.native import int_values
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -209,7 +209,7 @@ def runs(result: pa.Table, data: Sequence[str], schema: pa.Schema) -> pa.Table:
 
     for c in data:
         col = result.column(c)
-        values = _int_values(col)  # integers without nulls: numpy compares them
+        values = int_values(col)  # integers without nulls: numpy compares them
         if values is not None:
             start[1:] |= values[1:] != values[:-1]
             continue

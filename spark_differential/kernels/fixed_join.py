@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from spark_differential.kernels.native import KeySorted, Radix, _int_values, key_sorted
+from spark_differential.kernels.native import KeySorted, Radix, int_values, key_sorted
+from spark_differential.kernels.stab import dense_ranks, exact_type, ids, sort_order
 
 _OPEN = np.iinfo(np.int64).max  # a segment that no later update ends
 
@@ -81,8 +82,6 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
     >>> list(zip(f.seg_start.tolist(), f.seg_end.tolist(), f.seg_count.tolist()))
     [(0, 5, 1), (2, 9223372036854775807, 1)]
     """
-    from spark_differential.kernels.stab import dense_ranks, ids, sort_order
-
     key = tuple(key)
     if isinstance(table, KeySorted):
         ks: KeySorted | None = table if table.key == key else None
@@ -97,8 +96,8 @@ def prepare(table: pa.Table | KeySorted, key: Sequence[str], data: Sequence[str]
             return None
     rows = ks.table
     n = rows.num_rows
-    t = _int_values(rows.column(time))
-    d = _int_values(rows.column(diff))
+    t = int_values(rows.column(time))
+    d = int_values(rows.column(diff))
     if t is None or d is None or n == 0:
         return None
     codes = ks.codes
@@ -221,14 +220,12 @@ def join_fixed(fixed: Fixed, new: pa.Table, new_data: Sequence[str], out_cols: S
 
     (edge 1→7 lives on ``[0, 5)``; the value 3 on ``[2, 4)``: the pair on ``[2, 4)``)
     """
-    from spark_differential.kernels.stab import exact_type, ids, sort_order
-
     if not all(exact_type(new.schema.field(c).type) for c in new_data):
         return None  # groups of new updates by data need plain value equality
     n = new.num_rows
-    key_values = [_int_values(new.column(c)) for c in fixed.key]
-    t = _int_values(new.column(time))
-    d = _int_values(new.column(diff))
+    key_values = [int_values(new.column(c)) for c in fixed.key]
+    t = int_values(new.column(time))
+    d = int_values(new.column(diff))
     if any(v is None for v in key_values) or t is None or d is None:
         return None
     empty = pa.schema([_field(c, new, fixed.table) for c in out_cols]).empty_table()

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spark_differential.core.lattice import TimeType
+from spark_differential.core.lattice import AltNeu, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import duck, native
 from spark_differential.kernels.common import NEW, StateShape, csv, key_eq, keys, names, times
@@ -210,8 +210,6 @@ def blip_join(p: JoinParams, blips: pa.Table, other: pa.Table, blip_side: str = 
 
 def _blip_side(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> str | None:
     """Which input (if any) is a pure blip stream, so that the other alone is arranged."""
-    from spark_differential.core.lattice import AltNeu
-
     if has_old or not isinstance(p.ttype, AltNeu) or not p.ttype.is_total():
         return None
     for side, table, prefix, n in (("A", A, "_a", p.na), ("B", B, "_b", p.nb)):

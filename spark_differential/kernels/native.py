@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import duck
+from spark_differential.kernels.common import key_eq
+from spark_differential.kernels.stab import sort_packed
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
+orders = lazy("spark_differential.kernels.order")  # imports numba: loaded by the first key_sorted
 
 _SAFE_SUM = 1 << 62
 # Above this many rows DuckDB's single-threaded grouping beats Arrow's (measured on
@@ -151,8 +154,6 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
                 return table.filter(pc.is_in(packed[0], value_set=pc.unique(packed[1])))
             distinct = keys.select(cols).group_by(cols, use_threads=False).aggregate([])
             return table.join(distinct, cols, join_type="left semi", use_threads=False).select(table.column_names)
-    from spark_differential.kernels.common import key_eq
-
     sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {duck.cols(cols)} FROM $K) AS n ON {key_eq([duck.quote(c) for c in cols], 'x', 'n')}"
     return duck.query(sql, {"X": table, "K": keys.select(cols)})
 
@@ -161,8 +162,20 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
 # tables kept sorted by a key: consolidation by one sort, key lookups by binary search
 
 
-def _int_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
-    """A column of integers (or booleans) without nulls as int64 values, else ``None``."""
+def int_values(column: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column of integers (or booleans) without nulls as int64 values, else ``None``.
+
+    How the key-sorted kernels and the in-task loop read a column into numpy: a column
+    with nulls, of ``uint64`` (its values may not fit) or of any other type is ``None``.
+
+    >>> import pyarrow as pa
+    >>> int_values(pa.array([3, -1, 2], pa.int8())).tolist()
+    [3, -1, 2]
+    >>> int_values(pa.chunked_array([[True], [False]])).tolist()
+    [1, 0]
+    >>> [int_values(c) for c in (pa.array([1, None]), pa.array([1], pa.uint64()), pa.array(["a"]))]
+    [None, None, None]
+    """
     import numpy as np
 
     t = column.type
@@ -229,7 +242,7 @@ class KeySorted:
     def values(self, column: str) -> np.ndarray | None:
         """The int64 values of one integer column without nulls (kept for later calls), else ``None``."""
         if column not in self._values:
-            self._values[column] = _int_values(self.table.column(column))
+            self._values[column] = int_values(self.table.column(column))
         return self._values[column]
 
     def touching(self, keys: pa.Table) -> pa.Table:
@@ -273,7 +286,7 @@ def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | Non
     lexicographic order; ``None`` for other columns."""
     import numpy as np
 
-    values = [_int_values(keys.column(c)) for c in cols]
+    values = [int_values(keys.column(c)) for c in cols]
     if any(v is None for v in values):
         return None
     if keys.num_rows == 0:
@@ -314,9 +327,6 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     int64 arrays of its rows."""
     import numpy as np
 
-    from spark_differential.kernels.order import sorted_sums
-    from spark_differential.kernels.stab import sort_packed
-
     key = list(key)
     then = [c for c in then if c not in key and c != diff]
     rest = [*then, *[c for c in table.column_names if c != diff and c not in key and c not in then]]
@@ -351,7 +361,7 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
         code = code[order]
     else:
         order, code = sort_packed(code, overwrite=True)
-    rows, at, sums = sorted_sums(code, order, _int_values(table.column(diff)))
+    rows, at, sums = orders.sorted_sums(code, order, int_values(table.column(diff)))
     del order
     rest_span = 1
     for s in size[len(key):]:

@@ -27,6 +27,7 @@ from spark_differential.kernels.common import csv, key_eq, keys, times
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
+orders = lazy("spark_differential.kernels.order")  # imports numba: loaded on first use
 
 
 def packed(columns: Sequence[np.ndarray]) -> np.ndarray | None:
@@ -208,9 +209,7 @@ def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width
     cols = [did, *[T.column(c).to_numpy() for c in times(width)]]
     n_did = int(did.max()) + 1 if n else 0
     if width == 1 and n >= 1024 and n_did <= 4 * n + 1024:  # dense (key, data) ids: count, then sort each id's times
-        from spark_differential.kernels.order import grouped_order
-
-        key, order = None, grouped_order(did, n_did, cols[1])
+        key, order = None, orders.grouped_order(did, n_did, cols[1])
     else:
         key = packed(cols)
         order = np.argsort(key) if key is not None else sort_order(cols)
@@ -379,14 +378,12 @@ def stab_numbered(pk: pa.Table, qk: pa.Table, nkeys: int, width: int, *, strict:
 def _dense_order(ids_: np.ndarray, rank: np.ndarray, nranks: int) -> np.ndarray | None:
     """Rows in ``(ids_, rank)`` order by counting (both dense ids), or ``None`` where a
     comparison sort is the faster way."""
-    from spark_differential.kernels.order import dense_order, worth_counting
-
     if len(ids_) == 0:
         return None
     n_ids = int(ids_.max()) + 1
-    if not worth_counting(len(ids_), n_ids, nranks):
+    if not orders.worth_counting(len(ids_), n_ids, nranks):
         return None
-    return dense_order(ids_, n_ids, rank, nranks)
+    return orders.dense_order(ids_, n_ids, rank, nranks)
 
 
 def _empty(pk: pa.Table, qk: pa.Table, out_cols: Sequence[str]) -> pa.Table:
