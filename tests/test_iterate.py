@@ -403,7 +403,7 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
 
     def resolved(slot) -> dict:
         latest: dict = {}
-        for batch in slot.packed:  # oldest first: newer blobs overwrite
+        for batch, _ in slot.packed.batches:  # oldest first: newer blobs overwrite
             for r in batch.collect():
                 latest[r["_k0"]] = bytes(r[BLOB]).decode()
         return {k: v for k, v in latest.items() if v}
@@ -419,19 +419,19 @@ def test_packed_trace_batches_newest_blob_wins(spark, distributed, monkeypatch):
 
     slot = loop_state.Slot("dd_min", 1)
     step(slot, {1: "a", 2: "b", 3: ""}, 2, 8)  # the first batch drops empty blobs
-    assert resolved(slot) == {1: "a", 2: "b"} and slot.packed_rows == [2]
+    assert resolved(slot) == {1: "a", 2: "b"} and slot.packed.sizes == [2]
     step(slot, {2: "", 4: "d"}, 0, 8)  # never merged by size: a second batch
-    assert resolved(slot) == {1: "a", 4: "d"} and slot.packed_rows == [2, 2]
+    assert resolved(slot) == {1: "a", 4: "d"} and slot.packed.sizes == [2, 2]
     step(slot, {4: "d2", 5: "e"}, 0, 8)  # a third batch
     assert resolved(slot) == {1: "a", 4: "d2", 5: "e"} and len(slot.packed) == 3
     step(slot, {1: "a2"}, 0, 2)  # at most 2 batches: the three newest merge, the oldest stays
     assert resolved(slot) == {1: "a2", 4: "d2", 5: "e"} and len(slot.packed) == 2
     # the merged batch keeps key 2's empty blob: it still hides the oldest batch's "b"
-    assert [r[BLOB] for r in slot.packed[1].collect() if r["_k0"] == 2] == [bytearray()]
+    assert [r[BLOB] for r in slot.packed.batches[1][0].collect() if r["_k0"] == 2] == [bytearray()]
     step(slot, {6: "f"}, 10**9, 8)  # everything merges into one batch, empty blobs dropped
     assert resolved(slot) == {1: "a2", 4: "d2", 5: "e", 6: "f"} and len(slot.packed) == 1
-    assert sorted(r["_k0"] for r in slot.packed[0].collect()) == [1, 4, 5, 6]
-    assert slot.packed_rows == [4]
+    assert sorted(r["_k0"] for r in slot.packed.batches[0][0].collect()) == [1, 4, 5, 6]
+    assert slot.packed.sizes == [4]
 
 
 def test_body_expressions_on_both_paths(spark, path):

@@ -349,7 +349,7 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
 
     chunks_layout = chunks.layout
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(chunks, "layout", layout)
+        m.setattr(chunking, "layout", layout)  # the in-task planner's reference to the rule
         fast = chunking.plan_chunks(program, sources)  # type: ignore[arg-type]
         m.setattr(native, "in_arrow", lambda *args, **kw: False)
         slow = chunking.plan_chunks(program, sources)  # type: ignore[arg-type]

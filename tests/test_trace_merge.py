@@ -1,15 +1,14 @@
-"""The size-tiered merge policy of loop traces (``iterate._tier_start``), without Spark.
+"""The size-tiered merge policy of traces (``trace.spine.MergePolicy``), without Spark.
 
 A batch is stood in for by the list of iterations it holds; merging concatenates, as
-``iterate._new_batch`` and ``loop_packed._pack_merge`` merge the batches from
-``_tier_start`` on with the newest.
+``trace.spark.SparkTrace.push`` and ``loop.packed._pack_merge`` merge the batches from
+the policy's start on with the newest.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from spark_differential.loop import iterate
 from spark_differential.trace import spine
 
 
@@ -25,7 +24,7 @@ def _run(sizes: list[int], merges: list[int]) -> tuple[list, list[int]]:
     for i, w in enumerate(sizes):
         batches.append([i])
         weights.append(w)
-        start = iterate._tier_start(weights)
+        start = spine.default_policy().start(weights)
         if start < len(batches) - 1:
             merges.append(len(batches) - start)
             batches[start:] = [[x for b in batches[start:] for x in b]]

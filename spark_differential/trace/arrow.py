@@ -27,7 +27,7 @@ np = lazy("numpy")
 pa = lazy("pyarrow")
 
 # in one task every merge is eager and exact in size: the policy's ratio, no bound on batches
-POLICY = MergePolicy(max_batches=None)
+POLICY = MergePolicy(max_batches=0)
 
 
 def consolidated(table: pa.Table, cols: Sequence[str], diff: str = DIFF, ttype: TimeType | None = None,

@@ -31,24 +31,30 @@ B = TypeVar("B")
 @dataclass(frozen=True)
 class MergePolicy:
     """When the batches of a trace merge: a batch joins the newer ones once it is at most
-    ``ratio`` times their size, and while more than ``max_batches`` would remain (``None``:
-    no bound).
+    ``ratio`` times their size, and while more than ``max_batches`` would remain (``0``: no
+    bound).  ``None`` reads this module's :data:`MERGE_RATIO` / :data:`MAX_BATCHES` when the
+    policy is applied.
 
     >>> MergePolicy(2, 8).start([120, 30, 20])   # 30 <= 2 * 20 joins, then 120 > 2 * 50 stops
     1
-    >>> MergePolicy(2, None).start([10, 100])     # the newest alone: nothing merges
+    >>> MergePolicy(2, 0).start([1000, 100])      # 1000 > 2 * 100: nothing merges
     1
     """
 
-    ratio: float = MERGE_RATIO
-    max_batches: int | None = MAX_BATCHES
+    ratio: float | None = None
+    max_batches: int | None = None
+
+    def _limits(self) -> tuple[float, int | None]:
+        ratio = MERGE_RATIO if self.ratio is None else self.ratio
+        most = MAX_BATCHES if self.max_batches is None else self.max_batches
+        return ratio, (most or None)
 
     def start(self, sizes: Sequence[int]) -> int:
         """Of batches of ``sizes`` (oldest first, the newest last), the first to merge with the
         newest (``len(sizes) - 1``: none)."""
+        ratio, most = self._limits()
         start, gathered = len(sizes) - 1, sizes[-1]
-        while start > 0 and (sizes[start - 1] <= self.ratio * gathered
-                             or (self.max_batches is not None and start >= self.max_batches)):
+        while start > 0 and (sizes[start - 1] <= ratio * gathered or (most is not None and start >= most)):
             start -= 1
             gathered += sizes[start]
         return start
@@ -56,12 +62,14 @@ class MergePolicy:
     def merges(self, older: int, newer: int, count: int) -> bool:
         """Whether a batch of ``older`` rows merges with the ``newer`` ones after it, the trace
         holding ``count`` batches."""
-        return older <= self.ratio * newer or (self.max_batches is not None and count > self.max_batches)
+        ratio, most = self._limits()
+        return older <= ratio * newer or (most is not None and count > most)
 
 
 def default_policy() -> MergePolicy:
-    """The policy with this module's :data:`MERGE_RATIO` and :data:`MAX_BATCHES` (read now)."""
-    return MergePolicy(MERGE_RATIO, MAX_BATCHES)
+    """The policy of a distributed loop's traces: :data:`MERGE_RATIO`, :data:`MAX_BATCHES`
+    (read when applied)."""
+    return MergePolicy()
 
 
 @dataclass
