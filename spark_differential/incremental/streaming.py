@@ -23,12 +23,12 @@ from spark_differential.incremental.inputs import check_late, params
 from spark_differential.io.tables import collection
 
 # update(upto, batch_id, late, **inputs) -> the output that became complete (IncrementalView.update)
-Update = Callable[..., DataFrame]
+UpdateFn = Callable[..., DataFrame]
 
 
 def batch_function(
     query: Callable[..., Any],
-    update: Update,
+    update: UpdateFn,
     frontier: Callable[[], Sequence[Leaves] | None],
     sink: Callable[[DataFrame, int], Any] | None = None,
     *,

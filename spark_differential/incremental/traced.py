@@ -331,7 +331,17 @@ def probe(spark: SparkSession, query: Callable[..., DataFrame], schemas: Mapping
     what it uses: the strategy needs no history-dependent operator, no ``dd_iterate`` the in-task
     path cannot run (:mod:`spark_differential.incremental.loop`) or whose first update (``first``:
     its inputs) is larger than one task may hold, and every stateful operator over the inputs'
-    time type.  ``blockers`` names what the query uses that it cannot keep (none: it can)."""
+    time type.  ``blockers`` names what the query uses that it cannot keep (none: it can).
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.core.lattice import Total
+    >>> schema = sd.session().createDataFrame([], "src long, dst long, time long, diff long").schema
+    >>> blockers, _, operators = probe(sd.session(), lambda edges: edges.dd_count(by="src"), {"edges": schema}, Total())
+    >>> blockers, [o.op for o in operators]
+    ([], ['dd_count'])
+    >>> probe(sd.session(), lambda edges: edges.differentiate(), {"edges": schema}, Total())[0]
+    ['differentiate']
+    """
     nparts = shuffle_partitions(spark)
     run = Run(spark, ttype, buckets(spark), nparts, probe=True)
     run.first_rows = estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
