@@ -578,11 +578,18 @@ def test_structured_streaming_example_keeps_the_view_current(spark, tmp_path) ->
 
 
 def test_doctests(spark) -> None:
+    """The examples of every module of the incremental package (``sd.incremental`` is the
+    function of the same name; the package's modules hold the docstrings)."""
     import doctest
+    import importlib
+    import pkgutil
 
-    module = sys.modules["spark_differential.incremental"]  # sd.incremental is the function of the same name
-    res = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted > 10 and res.failed == 0
+    package = sys.modules["spark_differential.incremental"]  # the attribute sd.incremental is the function
+    attempted = failed = 0
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        res = doctest.testmod(importlib.import_module(info.name), optionflags=doctest.NORMALIZE_WHITESPACE)
+        attempted, failed = attempted + res.attempted, failed + res.failed
+    assert attempted > 10 and failed == 0
 
 
 def test_foreach_batch_replay_hands_the_same_output_again(spark, tmp_path) -> None:

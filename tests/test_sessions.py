@@ -274,15 +274,15 @@ def test_a_connect_view_refuses_state_split_over_two_filesystems(host, root, pro
     """On Connect the client writes the manifests and the server the Parquet files: a remote
     server or a non-local URI would put them on two filesystems, silently.  Refused up front."""
     from spark_differential.errors import IncrementalStateError
-    from spark_differential.incremental.view import _Files
+    from spark_differential.incremental.files import Files
 
     with pytest.raises(IncrementalStateError, match=problem):
-        _Files(_FakeConnect(host), root)
+        Files(_FakeConnect(host), root)
 
 
 def test_a_connect_view_on_this_machine_takes_local_paths_and_file_uris(tmp_path):
-    from spark_differential.incremental.view import _Files
+    from spark_differential.incremental.files import Files
 
-    assert _Files(_FakeConnect("localhost"), str(tmp_path)).root == str(tmp_path)
-    assert _Files(_FakeConnect("127.0.0.1"), f"file://{tmp_path}").root == str(tmp_path)
-    assert _Files(_FakeConnect("localhost"), f"file:{tmp_path}").root == str(tmp_path)
+    assert Files(_FakeConnect("localhost"), str(tmp_path)).root == str(tmp_path)
+    assert Files(_FakeConnect("127.0.0.1"), f"file://{tmp_path}").root == str(tmp_path)
+    assert Files(_FakeConnect("localhost"), f"file:{tmp_path}").root == str(tmp_path)

@@ -1,6 +1,6 @@
-"""A ``dd_iterate`` inside an incremental view (stage 2 of :mod:`spark_differential.incremental`).
+"""A ``dd_iterate`` inside an incremental view kept by the traced strategy (:mod:`spark_differential.incremental.traced`).
 
-On ``(data, time, diff)``.  Stage 2 calls a view's query on the *changes* of its
+On ``(data, time, diff)``.  The traced strategy calls a view's query on the *changes* of its
 inputs; a ``dd_iterate`` in it receives the changes of its roots and of the outer
 collections its body reads, and must return the change of its fixed point.  The loop
 is recorded as for the in-task path (:mod:`spark_differential.intask`: the body's
@@ -32,7 +32,7 @@ traces, fed by the update whose frontier passes them: :func:`loop_update`).
 Why that is exact at every time of interest: after ``advance`` each ``O_i`` accumulates
 to the true old input of iteration ``i`` at every time in the future of the frontier
 (seed 004); the changes are all in its future; so every ``Δv_i`` accumulates to the true
-change there and to nothing elsewhere, as for any stage-2 operator.
+change there and to nothing elsewhere, as for any operator the traced strategy keeps.
 
 An update over an empty stored state (a view's first update) is run **semi-naively**
 instead (:func:`_first`): the in-task loop over the changes, each iteration fed only the
@@ -45,8 +45,9 @@ binary search in ``O_i``, kept sorted by key).  The whole state is read by, and
 rewritten from, the one task, so it must fit one Python worker, as an in-task loop
 does; it holds about the loop's live size (its updates per iteration, advanced), not
 its history.  A view whose first update is larger than an in-task loop may hold
-(``spark_differential.iterate.localRows``, by Spark's estimate) stays in stage 1.  A body the in-task path cannot run (an expression the translator does
-not cover, a nested ``dd_iterate``) keeps the view in stage 1.
+(``spark_differential.iterate.localRows``, by Spark's estimate) takes the rerun strategy
+(:mod:`spark_differential.incremental.rerun`).  A body the in-task path cannot run (an
+expression the translator does not cover, a nested ``dd_iterate``) does too.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_type
 
 from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, quoted
@@ -78,6 +82,7 @@ from spark_differential.trace.arrow import ArrowTrace, concat_tables, consolidat
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 IT = "_sd_it"  # the iteration a stored trace row entered its step at
 
@@ -109,8 +114,6 @@ def specs(program: Any) -> list[Spec]:
 
 
 def _negated(table: pa.Table, diff: str) -> pa.Table:
-    import pyarrow.compute as pc
-
     i = table.schema.get_field_index(diff)
     return table.set_column(i, diff, pc.negate(table.column(i)))
 
@@ -296,7 +299,7 @@ def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
     stored collection's physical columns; the others null)."""
 
     n = table.num_rows
-    mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # traces.physical's names
+    mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # storage.physical's names
     arrays = [pa.array(np.full(n, tag, dtype=object), pa.string()) if f.name == KIND
               else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
@@ -310,9 +313,6 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
     ``tags``) and the changes held back (kinds ``held_tags``, one per source)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None:
@@ -338,9 +338,6 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
-    from pyspark.sql import types as T
-    from pyspark.sql.pandas.types import from_arrow_type
-
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
 
 
@@ -362,10 +359,6 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     """``df.dd_iterate(body)`` in a view's query (``run``: the :class:`~spark_differential.incremental.traced.Run`
     of this update, or its probe): the change of the loop's fixed point, its traces read from and
     written to the view's version (the module docstring)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-
     spark = df.sparkSession
     data = list(cs.data_cols)
     user = df.select(*[F.col(quoted(c)) for c in data], TIME, DIFF).schema
@@ -385,7 +378,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
             return spark.createDataFrame([], user)
     if run.probe:
         # the loop's state lives in one task: a first update larger than an in-task loop may hold
-        # (the one-shot path's threshold) keeps the view in stage 1, whose loop runs distributed
+        # (the one-shot path's threshold) keeps the view in the rerun strategy, whose loop runs distributed
         limit = settings.local_rows(spark)
         estimate = run.first_rows
         if limit == 0 or estimate > limit:

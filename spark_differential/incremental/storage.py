@@ -2,8 +2,10 @@
 
 On ``(data, time, diff)``: every stored collection of a view (an operator's trace of one
 input, a count's per-key totals, a loop's per-iteration traces, the output held back for a
-later update) is written in Parquet under its *tag*, its columns under physical names unique
-to the tag (so several collections share one write, partitioned by :data:`KIND`).  An
+later update; the rerun strategy's stored inputs and output) is written in Parquet under its
+*tag*, its columns under physical names unique to the tag (so several collections share one
+write, partitioned by :data:`KIND`: :func:`tagged`), in a directory of the version that wrote
+it (:func:`part`).  An
 :class:`Operator` records what a stateful operator of the query stored, so that a resumed
 view can check the query calls the same operators.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_differential.core.names import BUCKET, KEY_HASH
@@ -60,4 +64,34 @@ def tag(slot: int, side: int) -> str:
     return f"s{slot}_{side}"
 
 
-LOOP = "loop"  # what a loop's traces hold (traces.Operator.sides): per-iteration updates, rewritten whole
+LOOP = "loop"  # what a loop's traces hold (Operator.sides): per-iteration updates, rewritten whole
+
+
+def part(directory: str, tag: str, write: str = "data") -> str:
+    """The directory (relative to the view's root) of one stored collection a version wrote.
+
+    A version writes a few times (the rerun strategy: ``new``, the new updates of every input,
+    then ``data``; the traced strategy: one write per stateful operator, ``s<i>``, then
+    ``data``); ``data`` holds what the update returned and, when due, the merged traces.
+
+    >>> part("v00000003-0a1b2c3d", "o")
+    'v00000003-0a1b2c3d/data/_sd_kind=o'
+    """
+    return f"{directory}/{write}/{KIND}={tag}"
+
+
+def tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFrame:
+    """``df`` (with ``schema``'s columns) as rows of a version's write, under ``tag``, its
+    columns named by :func:`physical` with ``prefix``.
+
+    >>> import spark_differential as sd
+    >>> df = sd.session().createDataFrame([(1, 0, 1)], "x long, time long, diff long")
+    >>> tagged(df, "o", "o", df.schema).columns
+    ['_sd_kind', '_sd_o_0', '_sd_o_1', '_sd_o_2']
+    """
+    return df.select(
+        F.lit(tag).alias(KIND), *[F.col(f.name).alias(p) for f, p in zip(schema.fields, physical(prefix, schema))]
+    )
+
+
+__all__ = ["KIND", "LOOP", "ROWS", "TOTALS", "Operator", "part", "physical", "tag", "tagged"]

@@ -1,6 +1,6 @@
-"""Per-operator traces of an incremental view (stage 2 of :mod:`spark_differential.incremental`).
+"""The traced strategy of an incremental view (``stage=2``): per-operator traces.
 
-On ``(data, time, diff)``: a view in stage 2 calls its query on the **new updates
+On ``(data, time, diff)``: a view with the traced strategy calls its query on the **new updates
 only** (changes in, changes out: linear steps map changes to changes).  Every
 stateful operator the query calls (``dd_join``, ``dd_semijoin``, ``dd_antijoin``
 and the reductions: everything that runs a kernel through
@@ -9,9 +9,11 @@ by its position in the query's calls, its name and the schemas of its inputs in
 kernel form.  Each of its inputs has a **trace**: every update the input ever
 received, in kernel form (bucket, keys, data, time leaves, ``_d``; the key hash is
 recomputed when read rather than stored: 8 incompressible bytes a row), as
-Parquet files under the view's path (the last merge, advanced to the frontier of
-that moment with ``advance(t, F)`` and consolidated, plus one file per update
-since).  An update of the operator
+Parquet files under the view's path (a :class:`~spark_differential.trace.parquet.ParquetTrace`:
+the last merge, advanced to the frontier of that moment with ``advance(t, F)`` and
+consolidated by :func:`spark_differential.trace.spark.advanced`, plus one file per update
+since, merged geometrically once there are more than ``compact_every``).  An update of the
+operator
 
 1. writes the prepared new updates of its inputs (one Parquet write: they are then
    evaluated once, read by the kernel, and become the traces' newest files),
@@ -45,12 +47,20 @@ A top-level ``dd_iterate`` is one operator here, whose traces are per iteration
 (``differentiate``, ``dd_delay``, ``dd_asof_join``), a ``dd_iterate`` whose body
 cannot run inside one task, or an operator working over another time type
 than the view's inputs cannot be kept this way: :func:`probe` finds that out on
-empty inputs and the view then runs in stage 1.
+empty inputs and the view then takes the rerun strategy
+(:mod:`spark_differential.incremental.rerun`).
+
+An update (:func:`write`) is one write per stateful operator (its new input updates,
+which become the newest files of its traces) plus the version's ``data`` write: what the
+update returns (``o``: the output changes at times not in the future of the new frontier
+``T``), the output changes still in the future of ``T`` (``p``, returned by the update
+whose frontier passes them: so the union of all returned outputs telescopes to the
+one-shot output), the totals traces' newest files and the traces' merges.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,18 +68,28 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core.history import recording
 from spark_differential.core.lattice import Leaves, Loop, TimeType
 from spark_differential.core.names import BUCKET, KEY_HASH
+from spark_differential.core.settings import buckets, shuffle_partitions
+from spark_differential.engine import call as seam
 from spark_differential.engine.call import Below, Handler, LoopCall, StatefulCall
 from spark_differential.engine.distributed import run_bucketed
 from spark_differential.engine.kernel_form import Input, bucket_sql, finish, key_hash, prepare, time_fields
 from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental.inputs import check_output, data_fields
+from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view
-from spark_differential.incremental.storage import ROWS, TOTALS, Operator, tag
+from spark_differential.incremental.manifest import Update, Written
+from spark_differential.incremental.storage import KIND, LOOP, ROWS, TOTALS, Operator, part, physical, tag, tagged
+from spark_differential.incremental.store import Store
+from spark_differential.intask.sources import estimated_rows
 from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels import totals as ktotals
 from spark_differential.kernels.common import NEW, D, keys, names, times
+from spark_differential.trace.parquet import ParquetPolicy
+from spark_differential.trace.spark import advanced, consolidated_collection
 
 # write(subdirectory, [(tag, prepared rows, their schema)]) -> the files written, by tag (absent: no rows)
 Write = Callable[[str, Sequence[tuple[str, DataFrame, T.StructType]]], dict[str, str]]
@@ -79,10 +99,10 @@ Read = Callable[[Sequence[str], T.StructType, str], DataFrame]
 
 @dataclass(eq=False)
 class Run(Handler):
-    """One call of a view's query in stage 2 (or a probe of it on empty inputs).
+    """One call of a view's query by the traced strategy (or a probe of it on empty inputs).
 
     ``probe``: nothing runs; each stateful operator returns an empty collection and
-    is recorded, with the reasons the query cannot run in stage 2 (``blockers``).
+    is recorded, with the reasons the traced strategy cannot keep the query (``blockers``).
     Otherwise each operator runs as the module docstring says, against
     ``expected`` (the operators stored with the view), reading its traces from
     ``traces`` (files by :func:`tag`) and adding its new files to ``added``.
@@ -247,8 +267,8 @@ class Run(Handler):
 
     def _enter(self, slot: int, me: Operator, out_schema: T.StructType, out_columns: Sequence[tuple[str, str]],
                kernel_type: TimeType) -> DataFrame | None:
-        """Record operator ``me`` at ``slot``.  On the probe: its empty output (and why stage 2
-        cannot keep it, if so); otherwise ``None`` after checking it against the stored one."""
+        """Record operator ``me`` at ``slot``.  On the probe: its empty output (and why the traced
+        strategy cannot keep it, if so); otherwise ``None`` after checking it against the stored one."""
         self.operators.append(me)
         if self.probe:
             if kernel_type != self.ttype:
@@ -289,20 +309,6 @@ class Run(Handler):
             )
 
 
-def advanced(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
-    """A trace (kernel form) advanced to ``frontier`` with ``advance(t, F)`` and consolidated (seed 004)."""
-    leaves = times(ttype.width)
-    rest = [c for c in trace.columns if c not in (*leaves, D)]
-    adv = [F.expr(e).alias(n) for e, n in zip(ttype.sql_advance(leaves, list(frontier)), leaves)]
-    return (
-        trace.select(*rest, *adv, D)
-        .groupBy(*rest, *leaves)
-        .agg(F.sum(D).cast("long").alias(D))
-        .where(F.col(D) != 0)
-        .select(*trace.columns)
-    )
-
-
 def advanced_totals(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
     """A totals trace (:meth:`Run._totals`) advanced to ``frontier`` and consolidated: the
     changes ``(_cn, _cs, _cnn)`` summed per key and advanced time, rows summing to zero dropped
@@ -314,6 +320,112 @@ def advanced_totals(trace: DataFrame, ttype: TimeType, frontier: Sequence[Leaves
     sums = [F.sum(c).cast(trace.schema[c].dataType).alias(c) for c in tot]
     nonzero = (F.col(tot[0]) != 0) | (F.col(tot[1]) != 0) | (F.col(tot[2]) != 0)
     return trace.select(*rest, *adv, *tot).groupBy(*rest, *leaves).agg(*sums).where(nonzero).select(*trace.columns)
+
+
+def probe(spark: SparkSession, query: Callable[..., DataFrame], schemas: Mapping[str, T.StructType], ttype: TimeType,
+          first: Sequence[DataFrame] = ()) -> tuple[list[str], tuple[int, int], tuple[Operator, ...]]:
+    """What the traced strategy would keep of ``query``: ``(blockers, (key buckets, partitions), operators)``.
+
+    The query is called once on empty inputs under a probing :class:`Run` (stateful operators
+    return empty collections without running; a ``dd_iterate`` is recorded, not run), which sees
+    what it uses: the strategy needs no history-dependent operator, no ``dd_iterate`` the in-task
+    path cannot run (:mod:`spark_differential.incremental.loop`) or whose first update (``first``:
+    its inputs) is larger than one task may hold, and every stateful operator over the inputs'
+    time type.  ``blockers`` names what the query uses that it cannot keep (none: it can).
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.core.lattice import Total
+    >>> schema = sd.session().createDataFrame([], "src long, dst long, time long, diff long").schema
+    >>> blockers, _, operators = probe(sd.session(), lambda edges: edges.dd_count(by="src"), {"edges": schema}, Total())
+    >>> blockers, [o.op for o in operators]
+    ([], ['dd_count'])
+    >>> probe(sd.session(), lambda edges: edges.differentiate(), {"edges": schema}, Total())[0]
+    ['differentiate']
+    """
+    nparts = shuffle_partitions(spark)
+    run = Run(spark, ttype, buckets(spark), nparts, probe=True)
+    run.first_rows = estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
+    empty = {n: spark.createDataFrame([], schema) for n, schema in schemas.items()}
+    with recording() as history_ops, seam.handling(run):
+        query(**empty)
+    return sorted(history_ops) + run.blockers, (run.nbuckets, nparts), tuple(run.operators)
+
+
+def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, up: Update,
+          bucketing: tuple[int, int], operators: Sequence[Operator]) -> tuple[Written, list[tuple[str, list[DataFrame]]]]:
+    """One update by the traced strategy: run the query on the new updates against the stored traces.
+
+    Each stateful operator writes its new input updates (one write each, under
+    ``directory/s<i>``); then one more write stores what the update returns (``o``), the
+    output changes at times still in the future of ``upto`` (``p``, returned by a later
+    update) and the traces' merges ``policy`` asks for (advanced to ``upto`` and
+    consolidated).  Returns what was written and each stateful operator's kernel inputs."""
+    state, ttype, directory, new_front = up.state, up.ttype, up.directory, up.new_front
+    spark = store.spark
+    changes = {n: up.incoming.get(n, spark.createDataFrame([], up.schemas[n])) for n in up.schemas}
+    old_traces = dict(state.trace_files) if state is not None else {}
+    run = Run(
+        spark, ttype, bucketing[0], bucketing[1],
+        expected=operators,
+        traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
+        read=store.read, where=up.where, frontier=new_front,
+        write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide),
+    )
+    with recording() as history_ops, seam.handling(run):
+        result = query(**changes)
+    run.finished()
+    blockers = sorted(history_ops) + run.blockers
+    if blockers:
+        raise IncrementalStateError(
+            f"{up.op}: the query uses {', '.join(blockers)} but the view stored under {up.where} runs in "
+            "stage 2, which cannot keep it differential; the query must stay the same from update to update. "
+            "Rebuild the view at a new path by replaying its inputs."
+        )
+    out_schema = check_output(up.op, result, ttype, state, up.where)
+    cols = [f.name for f in out_schema.fields]
+    result = result.select(*cols)
+    if state is not None and state.pending_files:
+        result = result.unionByName(store.read(state.pending_files, out_schema, "o"))
+    ready = consolidated_collection(result, [f.name for f in data_fields(out_schema)])
+    kind = F.when(in_future(ready, ttype, new_front), F.lit("p")).otherwise(F.lit("o"))
+    wide = ready.select(kind.alias(KIND), *[F.col(f.name).alias(c)
+                                            for f, c in zip(out_schema.fields, physical("o", out_schema))])
+    for t, df, schema in run.stored:  # totals traces' newest files
+        wide = wide.unionByName(tagged(df, t, t, schema), allowMissingColumns=True)
+        run.added[t] = part(directory, t)
+    traces: dict[str, list[str]] = {}
+    for slot, operator in enumerate(run.operators):
+        for side, schema in enumerate(operator.inputs):
+            t = tag(slot, side)
+            old = old_traces.get(t, [])
+            if operator.side(side) == LOOP:  # a loop's traces: rewritten whole by its task
+                traces[t] = run.replaced.get(t, old)
+                continue
+            totals = operator.side(side) == TOTALS
+
+            def merge(files: Sequence[str], t: str = t, schema: T.StructType = schema, totals: bool = totals
+                      ) -> DataFrame:
+                stored = store.read(files, schema, t)
+                if totals:
+                    return advanced_totals(stored, ttype, new_front)
+                return advanced(stored, ttype, new_front, times(ttype.width))
+
+            traces[t], merged = store.roll(old, run.added.get(t), directory, t, schema, policy, merge)
+            if merged is not None:
+                wide = wide.unionByName(merged, allowMissingColumns=True)
+    present = store.write_data(directory, wide)
+    written = Written(
+        output=out_schema,
+        output_exists=part(directory, "o") in present,
+        input_files={},
+        emitted_files=[],
+        compacted=True,
+        trace_files={t: [f for f in fs if not f.startswith(f"{directory}/data/") or f in present]
+                     for t, fs in traces.items()},
+        pending_files=[p for p in [part(directory, "p")] if p in present],
+        operators=tuple(run.operators),
+    )
+    return written, run.kernel_inputs
 
 
 def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
@@ -330,4 +442,4 @@ def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:
             and (params.agg == "count" or params.exact_sum))
 
 
-__all__ = ["Operator", "Run", "advanced", "advanced_totals", "tag"]
+__all__ = ["Run", "advanced_totals", "probe", "write"]

@@ -1,0 +1,164 @@
+"""The filesystem an incremental view's state lives on: the few operations it needs.
+
+On ``(data, time, diff)``: nothing here knows about updates; a view stores its
+collections as Parquet directories and its manifests as small JSON files under one
+root, and reads, lists, renames and deletes them through :class:`Files`, on the
+filesystem Spark resolves the root with (Hadoop's ``FileSystem`` on a classic session,
+the local one for a Spark Connect client, which must then share it with the server:
+:func:`client_local_path`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from spark_differential.errors import IncrementalStateError
+
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
+
+
+def client_local_path(spark: Any, root: str) -> str:
+    """``root`` as a path of this machine, for a Spark Connect session's view.
+
+    On Spark Connect the client writes the manifests and the server's executors the
+    Parquet files: both must see one filesystem, so the server must run on this
+    machine and ``root`` be a local path.  Anything else would split the state over
+    two filesystems, which is refused here, before any job."""
+    scheme, sep, rest = root.partition("://")
+    if sep and scheme != "file":
+        raise IncrementalStateError(
+            f"sd.incremental: on a Spark Connect session the view's state must be on this machine's "
+            f"filesystem (the client writes its manifests), but path {root!r} is a {scheme}:// URI. Use a "
+            "local path, or a classic session (its state goes through Hadoop's FileSystem, so HDFS, S3A, "
+            "ABFS... work)."
+        )
+    if sep:
+        root = "/" + rest.lstrip("/")
+    elif root.startswith("file:"):
+        root = root[len("file:"):]
+    host = ""
+    try:
+        host = str(spark.client.host)
+    except Exception:  # noqa: BLE001 - not a Connect client we know: nothing to check
+        return root
+    if host and host not in LOCAL_HOSTS and host not in {socket.gethostname(), socket.getfqdn()}:
+        raise IncrementalStateError(
+            f"sd.incremental: this Spark Connect session's server runs on {host!r}, not on this machine. "
+            "The view's manifests are written by the client and its Parquet files by the server, so they "
+            "would land on two filesystems. Run the view where the server runs (a Connect client on the "
+            "server's host, or a classic session)."
+        )
+    return root
+
+
+class Files:
+    """The few file operations the state needs, on the filesystem Spark resolves ``root`` with.
+
+    Classic sessions go through Hadoop's ``FileSystem`` (so HDFS, S3A, ABFS… work as
+    they do for Spark's own reads and writes); Spark Connect sessions, which have no
+    JVM on the client, use the local filesystem.
+
+    >>> import spark_differential as sd, tempfile
+    >>> files = Files(sd.session(), tempfile.mkdtemp())
+    >>> files.write_text_atomic(files.join("m.json"), "{}")
+    >>> files.exists(files.join("m.json")), files.read_text(files.join("m.json"))
+    (True, '{}')
+    """
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self._jvm: Any = None
+        try:
+            jvm = spark._jvm  # type: ignore[attr-defined]
+            jsc = spark._jsc  # type: ignore[attr-defined]
+        except Exception:
+            jvm = None
+        if jvm is not None:
+            self._jvm = jvm
+            self._conf = jsc.hadoopConfiguration()
+            p = jvm.org.apache.hadoop.fs.Path(root)
+            self._fs = p.getFileSystem(self._conf)
+            self.root = str(self._fs.makeQualified(p).toString()).rstrip("/")
+        else:
+            self.root = os.path.abspath(client_local_path(spark, root))
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def _path(self, p: str) -> Any:
+        return self._jvm.org.apache.hadoop.fs.Path(p)
+
+    def exists(self, p: str) -> bool:
+        if self._jvm is None:
+            return os.path.exists(p)
+        return bool(self._fs.exists(self._path(p)))
+
+    def listdir(self, p: str) -> list[str]:
+        if not self.exists(p):
+            return []
+        if self._jvm is None:
+            return sorted(os.listdir(p))
+        return sorted(str(s.getPath().getName()) for s in self._fs.listStatus(self._path(p)))
+
+    def mkdirs(self, p: str) -> None:
+        if self._jvm is None:
+            os.makedirs(p, exist_ok=True)
+        else:
+            self._fs.mkdirs(self._path(p))
+
+    def read_text(self, p: str) -> str:
+        if self._jvm is None:
+            with open(p, encoding="utf-8") as fh:
+                return fh.read()
+        stream = self._fs.open(self._path(p))
+        try:
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
+    def write_text_atomic(self, p: str, text: str) -> None:
+        """Write to a temporary name in the same directory, then rename to ``p``."""
+        d, name = p.rsplit("/", 1)
+        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        data = text.encode("utf-8")
+        if self._jvm is None:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, p)
+            return
+        out = self._fs.create(self._path(tmp), True)
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+        if not self._fs.rename(self._path(tmp), self._path(p)):
+            self.delete(tmp)
+            raise IncrementalStateError(f"sd.incremental: could not rename {tmp} to {p}")
+
+    def size(self, p: str) -> int:
+        """Bytes of the files under ``p`` (a file or a directory)."""
+        if self._jvm is None:
+            if os.path.isfile(p):
+                return os.path.getsize(p)
+            return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
+        return int(self._fs.getContentSummary(self._path(p)).getLength())
+
+    def delete(self, p: str) -> None:
+        if self._jvm is None:
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.exists(p):
+                os.remove(p)
+            return
+        self._fs.delete(self._path(p), True)
+
+
+__all__ = ["LOCAL_HOSTS", "Files", "client_local_path"]

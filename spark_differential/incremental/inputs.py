@@ -1,0 +1,243 @@
+"""What an incremental view accepts: its inputs, its frontiers, its query's output, late updates.
+
+On ``(data, time, diff)``: an update of a view brings new updates of named inputs, at
+times in the future of the view's frontier ``F``, and a new frontier ``T`` in the future
+of ``F``.  Everything that can be checked on schemas alone is checked here before any
+Spark job (:func:`check_inputs`, :func:`as_frontier`, :func:`check_forward`,
+:func:`check_output`), each error saying what was wrong and how to fix it.  Whether an
+update's times are in the future of ``F`` needs its rows: :func:`incoming` either makes
+the job that reads them fail at a late update (:func:`late_guard`, ``late="error"``) or
+moves late updates into the future of ``F`` (:func:`~spark_differential.incremental.lift.lift`,
+``late="advance"``).
+"""
+
+from __future__ import annotations
+
+import inspect as _inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_differential.core.collection import DIFF, TIME, inspect
+from spark_differential.core.lattice import Antichain, Leaves, TimeType, Total
+from spark_differential.errors import (
+    FrontierError,
+    IncrementalStateError,
+    SchemaMismatchError,
+    TimeTypeMismatchError,
+)
+from spark_differential.incremental.lift import in_future, lift
+from spark_differential.incremental.manifest import State
+
+LATE_MODES = ("error", "advance")
+
+# an update's checked inputs: name -> (schema, time type, the collection)
+Checked = dict[str, tuple[T.StructType, TimeType, DataFrame]]
+
+
+def check_late(op: str, late: str) -> None:
+    """Refuse a ``late`` mode other than :data:`LATE_MODES`.
+
+    >>> check_late("update", "drop")
+    Traceback (most recent call last):
+    ...
+    ValueError: update: late must be one of ('error', 'advance'), got 'drop'
+    """
+    if late not in LATE_MODES:
+        raise ValueError(f"{op}: late must be one of {LATE_MODES}, got {late!r}")
+
+
+def check_inputs(op: str, query: Callable[..., Any], state: State | None, inputs: Mapping[str, DataFrame],
+                 where: str) -> Checked:
+    """Validate the new inputs against the query and the stored schemas (schemas only; ``where``:
+    the view's path, for messages)."""
+    out: Checked = {}
+    for n, df in inputs.items():
+        cs = inspect(df, op=op, side=f"input `{n}`")
+        out[n] = (df.schema, cs.ttype, df)
+    if state is None:
+        if not out:
+            raise IncrementalStateError(
+                f"{op}: the first update must give every input of the query (an empty collection is fine); "
+                "it gave none"
+            )
+        try:
+            _inspect.signature(query).bind(**{n: None for n in out})
+        except TypeError as e:
+            raise IncrementalStateError(
+                f"{op}: the first update must give every input of the query by its parameter name; the query "
+                f"takes {params(query)} but the update gave {sorted(out)} ({e})"
+            ) from None
+        types = {n: v[1] for n, v in out.items()}
+        first = next(iter(types))
+        for n, tt in types.items():
+            if tt != types[first]:
+                raise TimeTypeMismatchError(
+                    f"{op}: inputs `{first}` and `{n}` have different time types ({types[first].describe()} vs "
+                    f"{tt.describe()}); every input of a view uses one time type. Cast one `time` column."
+                )
+        return out
+    for n, (schema, tt, _) in out.items():
+        if n not in state.inputs:
+            raise IncrementalStateError(
+                f"{op}: the view has no input `{n}`; its inputs are {sorted(state.inputs)} (fixed by its "
+                "first update)"
+            )
+        if tt != state.ttype:
+            raise TimeTypeMismatchError(
+                f"{op}: input `{n}` has time type {tt.describe()} but the view stored under {where} uses "
+                f"{state.ttype.describe()}; cast the `time` column to match"
+            )
+        want = {f.name: f.dataType for f in data_fields(state.inputs[n])}
+        have = {f.name: f.dataType for f in data_fields(schema)}
+        if set(want) != set(have) or any(not same_type(want[c], have[c]) for c in want):
+            raise SchemaMismatchError(
+                f"{op}: input `{n}` has data columns {describe(have)} but the view stored under {where} "
+                f"has {describe(want)}; select and cast the columns to match"
+            )
+    return out
+
+
+def check_output(op: str, result: Any, ttype: TimeType, state: State | None, where: str) -> T.StructType:
+    """The schema of the query's output ``result`` (the stored one once there is one), checked: a
+    collection in the inputs' time type ``ttype``, with the data columns of earlier updates."""
+    if not isinstance(result, DataFrame):
+        raise IncrementalStateError(f"{op}: the query returned {type(result).__name__}, not a collection DataFrame")
+    cs = inspect(result, op=op, side="query's output")
+    if cs.ttype != ttype:
+        raise TimeTypeMismatchError(
+            f"{op}: the query's output has time type {cs.ttype.describe()} but its inputs have "
+            f"{ttype.describe()}; an incremental view needs the output in the inputs' time"
+        )
+    schema = T.StructType([*cs.data_fields, result.schema[TIME], result.schema[DIFF]])
+    if state is not None:
+        want = {f.name: f.dataType for f in data_fields(state.output)}
+        have = {f.name: f.dataType for f in cs.data_fields}
+        if list(want) != list(have) or any(not same_type(want[c], have[c]) for c in want):
+            raise SchemaMismatchError(
+                f"{op}: the query's output has data columns {describe(have)} but the view stored under "
+                f"{where} has {describe(want)}; the query must stay the same from update to update"
+            )
+        return state.output
+    return schema
+
+
+def as_frontier(op: str, ttype: TimeType, upto: Any) -> list[Leaves]:
+    """``upto`` (a time, or a list of times) as a frontier of ``ttype``.
+
+    >>> as_frontier("update", Total(), 5)
+    [(5,)]
+    """
+    if upto is None:
+        raise FrontierError(f"{op}: upto is required: the new frontier (a time, or a list of times for struct times)")
+    try:
+        return Antichain.from_values(ttype, upto).elements
+    except FrontierError as e:
+        raise FrontierError(f"{op}: upto={upto!r}: {e}") from None
+    except (TypeError, ValueError, KeyError) as e:
+        raise FrontierError(f"{op}: upto={upto!r} is not a time of type {ttype.describe()} ({e})") from None
+
+
+def check_forward(op: str, ttype: TimeType, old: list[Leaves] | None, new: list[Leaves]) -> None:
+    """Refuse a new frontier with an element not in the future of the old one.
+
+    >>> check_forward("update", Total(), [(5,)], [(3,)])
+    Traceback (most recent call last):
+    ...
+    spark_differential.errors.FrontierError: update: upto=3 is earlier than the view's frontier 5 at [3]; the frontier can only move forward (pass a time in the future of view.frontier)
+    """
+    if old is None:
+        return
+    behind = [f for f in new if not any(ttype.leq(g, f) for g in old)]
+    if behind:
+        raise FrontierError(
+            f"{op}: upto={frontier_value(ttype, new)!r} is earlier than the view's frontier "
+            f"{frontier_value(ttype, old)!r} at {[ttype.decode_value(f) for f in behind]}; "
+            "the frontier can only move forward (pass a time in the future of view.frontier)"
+        )
+
+
+def frontier_value(ttype: TimeType, frontier: Sequence[Leaves]) -> Any:
+    """A frontier as the user gives it: one time for a one-element frontier of a total order,
+    else a list of times.
+
+    >>> frontier_value(Total(), [(5,)])
+    5
+    """
+    if isinstance(ttype, Total) and len(frontier) == 1:
+        return ttype.decode_value(frontier[0])
+    return [ttype.decode_value(f) for f in frontier]
+
+
+def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:
+    """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update."""
+    msg = F.concat(
+        F.lit(f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "),
+        F.col(TIME).cast("string"),
+        F.lit(
+            f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
+            "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
+            "frontier on."
+        ),
+    )
+    guarded = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg))
+    return df.withColumn(TIME, guarded)
+
+
+def incoming(
+    op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves] | None, late: str
+) -> DataFrame:
+    """New updates of input ``name`` as the view takes them: checked against (or lifted into the
+    future of) the frontier ``front``."""
+    if front is None:
+        return df
+    if late == "error":
+        return late_guard(op, name, df, ttype, front)
+    return lift(df, ttype, front).select(*df.columns)
+
+
+def params(query: Callable[..., Any]) -> list[str]:
+    """The query's input names (its parameters that can be passed by name).
+
+    >>> params(lambda orders, customers: orders)
+    ['orders', 'customers']
+    """
+    try:
+        sig = _inspect.signature(query)
+    except (TypeError, ValueError):
+        return []
+    kinds = (_inspect.Parameter.POSITIONAL_OR_KEYWORD, _inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def describe(cols: Mapping[str, T.DataType]) -> str:
+    """Columns and types for a message."""
+    return "{" + ", ".join(f"{c}: {t.simpleString()}" for c, t in cols.items()) + "}"
+
+
+def same_type(a: T.DataType, b: T.DataType) -> bool:
+    """Whether two column types are the same (nullability aside)."""
+    return a.simpleString() == b.simpleString()
+
+
+def data_fields(schema: T.StructType) -> list[T.StructField]:
+    """A collection's data columns (all but ``time`` and ``diff``)."""
+    return [f for f in schema.fields if f.name not in (TIME, DIFF)]
+
+
+__all__ = [
+    "LATE_MODES",
+    "as_frontier",
+    "check_forward",
+    "check_inputs",
+    "check_late",
+    "check_output",
+    "frontier_value",
+    "incoming",
+    "late_guard",
+    "params",
+    "same_type",
+]

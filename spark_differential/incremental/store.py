@@ -1,0 +1,168 @@
+"""An incremental view's versions on disk: reading and writing its collections, committing, cleaning up.
+
+On ``(data, time, diff)``: every collection a view stores (its traces, its stored
+inputs, the output an update returned or held back) is a set of Parquet directories
+written by committed versions (:mod:`spark_differential.incremental.storage` names them).
+A :class:`Store` reads a collection back from its directories (one scan), writes several
+collections in one Parquet write partitioned by tag, rolls a trace (adds a version's new
+directory and, when its :class:`~spark_differential.trace.parquet.ParquetPolicy` says so,
+merges older ones in the same write), commits a version by writing its manifest
+(:class:`~spark_differential.incremental.manifest.State`) to a temporary name and renaming
+it, and deletes what no kept version names.  Readers take the newest manifest, so an update
+that fails or is killed before its manifest leaves the previous version current.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental.files import Files
+from spark_differential.incremental.manifest import State
+from spark_differential.incremental.storage import KIND, part, physical, tagged
+from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
+
+MANIFESTS = "_manifests"
+MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
+VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
+
+
+class Store:
+    """The versions of the view stored under ``path`` (see the module docstring).
+
+    >>> import spark_differential as sd, tempfile
+    >>> store = Store(sd.session(), tempfile.mkdtemp())
+    >>> df = sd.session().createDataFrame([(1, 0, 1)], "x long, time long, diff long")
+    >>> store.write_tagged("v00000001-0a1b2c3d/new", [("i0", df, df.schema)])
+    {'i0': 'v00000001-0a1b2c3d/new/_sd_kind=i0'}
+    >>> store.read(["v00000001-0a1b2c3d/new/_sd_kind=i0"], df.schema, "i0").collect()
+    [Row(x=1, time=0, diff=1)]
+    >>> store.state() is None   # nothing committed yet
+    True
+    """
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self.spark = spark
+        self.files = Files(spark, path)
+        self.root = self.files.root
+
+    # -- reading ---------------------------------------------------------------------------
+    def manifests(self) -> list[tuple[int, str]]:
+        """The committed versions' manifests ``(version, file name)``, newest first."""
+        found = []
+        for name in self.files.listdir(self.files.join(MANIFESTS)):
+            m = MANIFEST_RE.match(name)
+            if m:
+                found.append((int(m.group(1)), name))
+        return sorted(found, reverse=True)
+
+    def state(self) -> State | None:
+        """The newest committed version, or None before the first update."""
+        for _, name in self.manifests():
+            state = State.from_json(self.files.read_text(self.files.join(MANIFESTS, name)))
+            if not self.files.exists(self.files.join(state.directory)):
+                raise IncrementalStateError(
+                    f"sd.incremental: manifest {name} under {self.root} names the directory {state.directory}, "
+                    "which is missing; the state was changed outside the library. Restore it, or start a new "
+                    "view at an empty path."
+                )
+            return state
+        return None
+
+    def read(self, rels: Sequence[str], schema: T.StructType, prefix: str) -> DataFrame:
+        """One stored collection: the union of its files ``rels`` (one scan), with ``schema``'s column names.
+
+        ``prefix`` names the collection's columns in the files (:func:`~.storage.physical`)."""
+        if not rels:
+            return self.spark.createDataFrame([], schema)
+        names = physical(prefix, schema)
+        stored = T.StructType([T.StructField(p, f.dataType, True) for p, f in zip(names, schema.fields)])
+        df = self.spark.read.schema(stored).parquet(*[self.files.join(r) for r in rels])
+        return df.select(*[F.col(p).alias(f.name) for p, f in zip(names, schema.fields)])
+
+    def output(self, state: State, present: bool = True) -> DataFrame:
+        """What the update that committed ``state`` returned (``present``: it stored rows)."""
+        return self.read([state.output_file] if present else [], state.output, "o")
+
+    def size(self, rel: str) -> int:
+        """Bytes of a stored directory (relative to the root)."""
+        return self.files.size(self.files.join(rel))
+
+    # -- writing ---------------------------------------------------------------------------
+    def write_tagged(self, subdir: str, parts: Sequence[tuple[str, DataFrame, T.StructType]]) -> dict[str, str]:
+        """Store collections in one Parquet write partitioned by tag, under ``subdir`` (relative to the root).
+
+        Returns the stored directory of each tag that had rows (no rows: no directory)."""
+        if not parts:
+            return {}
+        wide: DataFrame | None = None
+        for t, df, schema in parts:
+            one = tagged(df, t, t, schema)
+            wide = one if wide is None else wide.unionByName(one, allowMissingColumns=True)
+        assert wide is not None
+        return self.write_wide(subdir, wide)
+
+    def write_wide(self, subdir: str, wide: DataFrame) -> dict[str, str]:
+        """Store rows tagged by :data:`~.storage.KIND` (each collection under its physical column names) in
+        one Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written."""
+        wide.write.partitionBy(KIND).parquet(self.files.join(subdir))
+        prefix = f"{KIND}="
+        return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
+                if n.startswith(prefix)}
+
+    def write_data(self, directory: str, wide: DataFrame) -> set[str]:
+        """A version's last write (``directory/data``): what the update returns, what it holds back, the
+        merged traces; the directories it stored (a collection with no rows has none)."""
+        wide.write.partitionBy(KIND).parquet(self.files.join(directory, "data"))
+        return {f"{directory}/data/{name}" for name in self.files.listdir(self.files.join(directory, "data"))}
+
+    def roll(self, old: Sequence[str], new: str | None, directory: str, tag: str, schema: T.StructType,
+             policy: ParquetPolicy, merge: Callable[[Sequence[str]], DataFrame],
+             force: bool = False) -> tuple[list[str], DataFrame | None]:
+        """A stored collection's files in this version (:meth:`ParquetTrace.roll
+        <spark_differential.trace.parquet.ParquetTrace.roll>`): ``old`` and then ``new``, after the
+        merge ``policy`` asks for, whose rows (``merge(the files merged)``, advanced and
+        consolidated) are returned tagged for the version's last write: ``<tag>c`` when all the
+        files merge, ``<tag>m`` when the deltas do (the geometric policy)."""
+        def name(whole: bool) -> str:
+            return f"{tag}{'c' if whole else 'm'}"
+
+        trace, merging = ParquetTrace(tuple(old)).roll(
+            new, policy, self.size, lambda whole: part(directory, name(whole)), force)
+        if not merging:
+            return list(trace.files), None
+        return list(trace.files), tagged(merge(merging), name(len(merging) == len(old)), tag, schema)
+
+    # -- committing ------------------------------------------------------------------------
+    def mkdirs(self, directory: str) -> None:
+        """Create a version's directory (relative to the root)."""
+        self.files.mkdirs(self.files.join(directory))
+
+    def commit(self, state: State) -> None:
+        """Make ``state`` the newest committed version: write its manifest (to a temporary name, renamed)."""
+        self.files.mkdirs(self.files.join(MANIFESTS))
+        self.files.write_text_atomic(self.files.join(MANIFESTS, f"v{state.version:08d}.json"), state.to_json())
+
+    def clean_up(self, keep: int) -> None:
+        """Keep the newest ``keep`` versions; delete older manifests, then the directories none of them uses."""
+        manifests = self.manifests()
+        for _, name in manifests[keep:]:
+            self.files.delete(self.files.join(MANIFESTS, name))
+        live: set[str] = set()
+        for _, name in manifests[:keep]:
+            live |= State.from_json(self.files.read_text(self.files.join(MANIFESTS, name))).referenced()
+        newest = manifests[0][0] if manifests else 0
+        for name in self.files.listdir(self.root):
+            if VERSION_DIR_RE.match(name) and name not in live and int(name[1:9]) <= newest:
+                self.files.delete(self.files.join(name))
+        for name in self.files.listdir(self.files.join(MANIFESTS)):
+            if name.endswith(".tmp") or name.endswith(".tmp.crc"):
+                self.files.delete(self.files.join(MANIFESTS, name))
+
+
+__all__ = ["MANIFESTS", "Store"]
