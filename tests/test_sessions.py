@@ -145,7 +145,7 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
     from spark_differential.core.collection import inspect
     from spark_differential.core.faults import FAIL_FIRST_ATTEMPT
     from spark_differential.engine.kernel_form import Input, prepare
-    from spark_differential.loop.iterate import _rows_per_key
+    from spark_differential.loop.distributed import _rows_per_key
 
     edges = spark.createDataFrame([(1, 2, 0, 1), (2, 3, 1, 1)], "node long, dst long, time long, diff long")
     inp = Input(edges, inspect(edges, op="test"), ["node"], ["dst"], "_b")

@@ -6,7 +6,7 @@ compaction to a frontier (seed 004).  ``differentiate`` (and what is built on it
 ``dd_delay``, ``dd_asof_join``) reads the *changes* themselves, so its output at
 later times depends on when earlier updates happened; a view must keep such a
 query's inputs uncompacted.  Those operators call :func:`note`; a view reads the
-notes with :func:`recording` while it calls its query.
+notes with :func:`collecting` while it calls its query.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def note(op: str) -> None:
 
 
 @contextmanager
-def recording() -> Iterator[set[str]]:
+def collecting() -> Iterator[set[str]]:
     """The set of history-dependent operators used inside the block."""
     used: set[str] = set()
     token = _USED.set(used)

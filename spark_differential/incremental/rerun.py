@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_differential.core.collection import DIFF
-from spark_differential.core.history import recording
+from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.inputs import check_output, data_fields
@@ -100,7 +100,7 @@ def _write_version(
     combined = {
         n: store.read(old_files[n] + ([fresh[n]] if n in fresh else []), schemas[n], prefixes[n]) for n in names
     }
-    with recording() as history_ops:
+    with collecting() as history_ops:
         result = query(**combined)
     is_compacted = compacted(op, state, history_ops, compact, up.where)
     out_schema = check_output(op, result, ttype, state, up.where)

@@ -68,7 +68,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.history import recording
+from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, Loop, TimeType
 from spark_differential.core.names import BUCKET, KEY_HASH
 from spark_differential.core.settings import buckets, shuffle_partitions
@@ -346,7 +346,7 @@ def probe(spark: SparkSession, query: Callable[..., DataFrame], schemas: Mapping
     run = Run(spark, ttype, buckets(spark), nparts, probe=True)
     run.first_rows = estimated_rows(first)[0]  # Spark's estimate of the first update's rows, no job
     empty = {n: spark.createDataFrame([], schema) for n, schema in schemas.items()}
-    with recording() as history_ops, seam.handling(run):
+    with collecting() as history_ops, seam.handling(run):
         query(**empty)
     return sorted(history_ops) + run.blockers, (run.nbuckets, nparts), tuple(run.operators)
 
@@ -371,7 +371,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         read=store.read, where=up.where, frontier=new_front,
         write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide),
     )
-    with recording() as history_ops, seam.handling(run):
+    with collecting() as history_ops, seam.handling(run):
         result = query(**changes)
     run.finished()
     blockers = sorted(history_ops) + run.blockers
