@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from spark_differential.core import collection
 from spark_differential.core import settings as sd_settings
-from spark_differential.intask import chunking, launch, program, task, translate
+from spark_differential.intask import chunking, launch, program, relation, task
 from spark_differential.kernels import native
 from spark_differential.trace import arrow as arrow_trace
 
@@ -138,14 +138,14 @@ def test_trace_touching_after_merges_equals_the_whole_trace() -> None:
 def test_chunk_groups_cut_consecutive_chunks_of_about_equal_rows() -> None:
     ch = program.Chunking(t0=10, width=5, count=8)
     times_ = np.array([10, 11, 15, 20, 20, 21, 30, 35, 40, 44, 44, 44, 44, 44])
-    a = pa.table({"x": np.arange(len(times_)), translate.leaves(1)[0]: times_})
-    b = pa.table({"x": [1, 2], translate.leaves(1)[0]: [12, 46]})
+    a = pa.table({"x": np.arange(len(times_)), relation.leaves(1)[0]: times_})
+    b = pa.table({"x": [1, 2], relation.leaves(1)[0]: [12, 46]})
     for n in (1, 2, 3, 20):
         groups = chunking.chunk_groups([a, b], ch, n)
         assert 1 <= len(groups) <= max(1, min(n, ch.count))
         for j, src in enumerate([a, b]):  # every row in exactly one group
             assert sorted(x for g in groups for x in g[j].column("x").to_pylist()) == sorted(src.column("x").to_pylist())
-        spans = [sorted({(t - 10) // 5 for g_src in g for t in g_src.column(translate.leaves(1)[0]).to_pylist()}) for g in groups]
+        spans = [sorted({(t - 10) // 5 for g_src in g for t in g_src.column(relation.leaves(1)[0]).to_pylist()}) for g in groups]
         flat = [c for s in spans for c in s]
         assert flat == sorted(flat) and len(flat) == len(set(flat))  # consecutive chunks, no chunk in two groups
     two = chunking.chunk_groups([a, b], ch, 2)
@@ -321,7 +321,7 @@ def test_chunk_planning_in_arrow_equals_the_sql(data: st.DataObject) -> None:
     with null and string data."""
     from types import SimpleNamespace
 
-    t = translate.leaves(1)[0]
+    t = relation.leaves(1)[0]
     sources, names_ = [], []
     for j in range(data.draw(st.integers(1, 3))):
         n = data.draw(st.integers(0, 40))
@@ -386,7 +386,7 @@ def test_unchunked_retracts_each_chunk_where_the_next_takes_over(data: st.DataOb
     t0, width, count = data.draw(st.integers(-3, 3)), data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
     ch = program.Chunking(t0, width, count)
     names = [f"x{i}" for i in range(ndata)]
-    t = translate.leaves(1)[0]
+    t = relation.leaves(1)[0]
     cols: dict[str, pa.Array] = {}
     for c in names:
         values = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
@@ -435,7 +435,7 @@ def test_answer_runs_explode_to_the_answer(data: st.DataObject, ndata: int, kind
         values = data.draw(st.lists(st.one_of(st.none(), st.integers(0, 2)), min_size=n, max_size=n))
         cols[c] = pa.array([None if v is None else (f"v{v}" if kind == "string" else [v] if kind == "list" else v)
                             for v in values], types[kind])
-    t = translate.leaves(1)[0]
+    t = relation.leaves(1)[0]
     cols[t] = pa.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), pa.int64())
     cols["diff"] = pa.array(data.draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), pa.int64())
     answer = pa.table(cols)
