@@ -15,7 +15,7 @@ Connect; on the executor the kernel raises :class:`InjectedFault` when
 (``local[2,3]``, or ``spark.task.maxFailures`` on a cluster) every kernel task then
 fails once and succeeds on its second attempt.  It covers every kernel that runs
 as a Spark stage (operators outside loops and the distributed ``dd_iterate``); a
-loop run inside one task (``spark_differential.intask.loop``) does not read it.
+loop run inside one task (``spark_differential.intask``) does not read it.
 Not for production use: it only makes jobs slower and, without retries, fail.
 """
 

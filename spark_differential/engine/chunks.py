@@ -42,7 +42,7 @@ log = logging.getLogger("spark_differential.iterate")
 
 CHUNK = "_sd_chunk"
 AUTO_MIN_ROWS = 2000  # below this many updates per chunk, slicing time costs more than it saves
-# inside one task (spark_differential.intask.loop) a chunk's fixed cost is its snapshot's rows met
+# inside one task (spark_differential.intask) a chunk's fixed cost is its snapshot's rows met
 # again at every iteration, while its gain (short key histories) is mostly taken by the traced
 # dd_min's kept output and the join against unchanging edges: there the automatic chunk holds
 # LOCAL_FACTOR times the live rows, at least LOCAL_MIN_ROWS updates.  BFS in-task CPU with 2

@@ -7,9 +7,10 @@ and a Python worker round trip of its own; a pipeline of a join and a count on t
 rows paid 1.55x, and a join, a count, a join and a min 2.12x the plain Spark pipeline
 (``benchmarks/latency.py``), most of it Spark's fixed cost per stage, not data.  Here
 the whole pipeline is one task of one stage, as a small ``dd_iterate`` loop is
-(:mod:`spark_differential.intask.loop`, whose recorded steps and kernels it reuses):
+(:mod:`spark_differential.intask`, whose recorded steps and kernels it reuses):
 
-* **Remembering** (driver, no job): a top-level stateful operator whose inputs may be
+* **Remembering** (driver, no job): this module's :class:`Pipelines` is a base handler of
+  :mod:`spark_differential.engine.call`.  A top-level stateful operator whose inputs may be
   small local rows (their plans only read local rows, through projections, filters and
   unions) is remembered: its kernel, parameters, inputs and output DataFrame (the
   latest 64 such operators, and the operators fused after them).
@@ -216,7 +217,7 @@ def _may_be_small(kinds: set[str], connect: bool) -> bool:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """What the task runs: the steps in order (``local_loop.Stateful``, sources indexed
+    """What the task runs: the steps in order (``intask.program.Stateful``, sources indexed
     into the task's sources), the output relation, its data columns and time width."""
 
     steps: tuple[Any, ...]

@@ -363,7 +363,7 @@ class ExtremumCache:
     max), every value below the least counting exactly zero.  It describes the sum of every
     update the step has seen, so it stays exact only if every batch of the trace passed
     through :func:`~spark_differential.kernels.extremum_traced.min_max_traced` with it (the in-task loop's trace,
-    ``intask.loop._Trace``, drops it otherwise).
+    ``trace.arrow.ArrowTrace``, drops it otherwise).
 
     ``fast_keys``/``fallback_keys`` count the keys answered from the steps and from a sweep
     of their trace; ``trace_rows`` the trace rows read for the latter.

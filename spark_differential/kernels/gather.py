@@ -6,7 +6,7 @@ columns and ``_rows``, the list of that key's updates ``(data…, time leaves…
 in any order.  Nothing is summed: the list holds exactly the rows received, so the
 collection it stands for is unchanged.  Used for the collection from outside a
 ``dd_iterate`` that a chunked pair join probes at every iteration (see
-``spark_differential.loop.iterate._pair_join``): one probe per key instead of one per update.
+``spark_differential.loop.distributed._pair_join``): one probe per key instead of one per update.
 """
 
 from __future__ import annotations

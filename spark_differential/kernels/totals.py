@@ -49,7 +49,7 @@ The kernels (:func:`totals`) are plain functions over Arrow tables, run per part
 :func:`spark_differential.engine.distributed.run_bucketed`: DuckDB for totally ordered times,
 :mod:`.generic` (lub closure) for product-ordered ones.  Integer and decimal values only:
 floating-point sums are not associative, so a ``dd_sum`` over a float column keeps the
-rows trace of the whole key instead (see ``traces.Run``).
+rows trace of the whole key instead (see ``spark_differential.incremental.traced.Run``).
 """
 
 from __future__ import annotations

@@ -350,7 +350,7 @@ def _asof_frame_sql(left: _Side, right: _Side, spec: _Spec, r_view: dict[str, st
     lkeys, rkeys = [quoted(c) for c in spec.lkeys], [quoted(c) for c in spec.rkeys]
     for i, (lk, rk) in enumerate(zip(spec.lkeys, spec.rkeys)):
         ta, tb = left.by_type[lk], right.by_type[rk]
-        if ta != tb:  # the casts execution.key_casts makes: equal values hash and compare equal
+        if ta != tb:  # the casts engine.kernel_form.key_casts makes: equal values hash and compare equal
             cast = "BIGINT" if isinstance(ta, INTEGRAL_TYPES) and isinstance(tb, INTEGRAL_TYPES) else "DOUBLE"
             lkeys[i], rkeys[i] = f"CAST({lkeys[i]} AS {cast})", f"CAST({rkeys[i]} AS {cast})"
     # a left row without a time is placed nowhere (LEFT keeps it below), one with a null key
