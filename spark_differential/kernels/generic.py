@@ -20,8 +20,10 @@ from typing import Any
 
 from spark_differential.core.lattice import Leaves, TimeType, lub_closure, topological
 from spark_differential.core.lazy import lazy
+from spark_differential.kernels.common import NEW
 
 np = lazy("numpy")
+pa = lazy("pyarrow")
 
 Update = tuple[Hashable, Leaves, int]  # (data, time leaves, diff)
 Snapshot = Callable[[Counter, Leaves], Counter]
@@ -87,3 +89,32 @@ def per_key(
             total[(d, t)] -= r
         result.extend((k, d, t, r) for (d, t), r in total.items() if r != 0)
     return result
+
+
+def keyed_rows(X: pa.Table, key_cols: Sequence[str], data_cols: Sequence[str],
+               time_cols: Sequence[str]) -> list[tuple[Hashable, Hashable, Leaves, int, bool]]:
+    """A kernel input (``_d`` and ``_new`` besides ``key_cols``, ``data_cols``, ``time_cols``) as
+    the ``(key, data, time, diff, new)`` rows :func:`per_key` reads."""
+    cols = {c: X.column(c).to_pylist() for c in [*key_cols, *data_cols, *time_cols, "_d", NEW]}
+    return [(tuple(cols[c][i] for c in key_cols), tuple(cols[c][i] for c in data_cols),
+             tuple(int(cols[c][i]) for c in time_cols), int(cols["_d"][i]), bool(cols[NEW][i]))
+            for i in range(X.num_rows)]
+
+
+def keyed_table(result: Iterable[tuple[Hashable, Hashable, Leaves, int]], key_fields: Sequence[pa.Field],
+                data_fields: Sequence[pa.Field], time_cols: Sequence[str]) -> pa.Table:
+    """:func:`per_key`'s ``(key, data, time, diff)`` differences as a kernel's output table:
+    the key columns, the data columns, the time leaves, ``_d``."""
+    fields = [*key_fields, *data_fields, *[pa.field(c, pa.int64()) for c in time_cols], pa.field("_d", pa.int64())]
+    data: dict[str, list[Any]] = {f.name: [] for f in fields}
+    k_names, d_names = [f.name for f in key_fields], [f.name for f in data_fields]
+    for key, d, t, r in result:
+        for c, v in zip(k_names, key):
+            data[c].append(v)
+        for c, v in zip(d_names, d):
+            data[c].append(v)
+        for c, v in zip(time_cols, t):
+            data[c].append(v)
+        data["_d"].append(r)
+    schema = pa.schema(fields)
+    return pa.Table.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)

@@ -372,40 +372,13 @@ def _evaluator(p: ReduceParams) -> Callable[[Hashable, Counter, tuple[int, ...]]
     return evaluate
 
 
-def _rows(X: pa.Table, nkeys: int, ndata: int, width: int) -> list[tuple[Any, Any, tuple[int, ...], int, bool]]:
-    k, a, t = keys(nkeys), names("_a", ndata), times(width)
-    cols = {c: X.column(c).to_pylist() for c in [*k, *a, *t, "_d", NEW]}
-    n = X.num_rows
-    return [
-        (
-            tuple(cols[c][i] for c in k),
-            tuple(cols[c][i] for c in a),
-            tuple(int(cols[c][i]) for c in t),
-            int(cols["_d"][i]),
-            bool(cols[NEW][i]),
-        )
-        for i in range(n)
-    ]
-
-
 def _generic_reduce(p: ReduceParams, X: pa.Table) -> pa.Table:
-    rows = _rows(X, p.nkeys, p.ndata, p.ttype.width)
-    res = generic.per_key(p.ttype, rows, _evaluator(p))
     k, t = keys(p.nkeys), times(p.ttype.width)
+    rows = generic.keyed_rows(X, k, names("_a", p.ndata), t)
+    res = generic.per_key(p.ttype, rows, _evaluator(p))
     outs = names("_o", len(p.out_names) or 1)
-    fields = [X.schema.field(c) for c in k] + [pa.field(o, typ) for o, typ in zip(outs, p.out_types)]
-    fields += [pa.field(c, pa.int64()) for c in t] + [pa.field("_d", pa.int64())]
-    data: dict[str, list[Any]] = {f.name: [] for f in fields}
-    for key, out, tl, r in res:
-        for c, v in zip(k, key):
-            data[c].append(v)
-        for c, v in zip(outs, out):
-            data[c].append(v)
-        for c, v in zip(t, tl):
-            data[c].append(v)
-        data["_d"].append(r)
-    schema = pa.schema(fields)
-    return pa.Table.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
+    return generic.keyed_table(res, [X.schema.field(c) for c in k],
+                               [pa.field(o, typ) for o, typ in zip(outs, p.out_types)], t)
 
 
 def reduce(p: ReduceParams, X: pa.Table) -> pa.Table:
@@ -514,7 +487,8 @@ def threshold(p: ThresholdParams, X: pa.Table) -> pa.Table:
     if X.num_rows == 0:
         return X.select([*a, *t, "_d"])
     if not p.ttype.is_total():
-        rows = [(d, d, tl, r, new) for _, d, tl, r, new in _rows(X, 0, p.ndata, p.ttype.width)]
+        rows = [(d, d, tl, r, new) for _, d, tl, r, new in
+                generic.keyed_rows(X, [], names("_a", p.ndata), times(p.ttype.width))]
 
         def evaluate(key: Hashable, acc: Counter, s: tuple[int, ...]) -> Counter:
             m = acc.get(key, 0)

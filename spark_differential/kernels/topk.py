@@ -23,7 +23,7 @@ from typing import Any
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import generic
-from spark_differential.kernels.common import NEW, StateShape, keys, names, times
+from spark_differential.kernels.common import StateShape, keys, names, times
 
 pa = lazy("pyarrow")
 
@@ -96,27 +96,12 @@ def _sweep(ups: Sequence[tuple[Hashable, int, int]], k: int) -> Counter:
 def top_k(p: TopKParams, X: pa.Table) -> pa.Table:
     """Kernel for one bucket: ``X`` has ``_k*, _a*, _t*, _d, _new``; returns ``_k*, _a*, _t*, _d``."""
     k_cols, a_cols, t_cols = keys(p.nkeys), names("_a", p.ndata), times(p.ttype.width)
-    cols = {c: X.column(c).to_pylist() for c in [*k_cols, *a_cols, *t_cols, "_d", NEW]}
-    rows = [(tuple(cols[c][i] for c in k_cols), tuple(cols[c][i] for c in a_cols),
-             tuple(int(cols[c][i]) for c in t_cols), int(cols["_d"][i]), bool(cols[NEW][i]))
-            for i in range(X.num_rows)]
+    rows = generic.keyed_rows(X, k_cols, a_cols, t_cols)
     if p.ttype.is_total():
         result = _total(rows, p.k)
     else:
         result = generic.per_key(p.ttype, rows, lambda key, acc, s: top(acc, p.k))
-    fields = [X.schema.field(c) for c in [*k_cols, *a_cols]]
-    fields += [pa.field(c, pa.int64()) for c in t_cols] + [pa.field("_d", pa.int64())]
-    data: dict[str, list[Any]] = {f.name: [] for f in fields}
-    for key, d, t, r in result:
-        for c, v in zip(k_cols, key):
-            data[c].append(v)
-        for c, v in zip(a_cols, d):
-            data[c].append(v)
-        for c, v in zip(t_cols, t):
-            data[c].append(v)
-        data["_d"].append(r)
-    schema = pa.schema(fields)
-    return pa.Table.from_arrays([pa.array(data[f.name], type=f.type) for f in schema], schema=schema)
+    return generic.keyed_table(result, [X.schema.field(c) for c in k_cols], [X.schema.field(c) for c in a_cols], t_cols)
 
 
 def _total(rows: Sequence[tuple[Hashable, Hashable, Leaves, int, bool]], k: int) -> list[tuple[Any, Any, Leaves, int]]:
