@@ -450,6 +450,28 @@ def test_late_updates_error_or_advance(spark, tmp_path) -> None:
     assert out == [((1, 1), 5, -1), ((1, 2), 5, 1), ((2, 1), 6, 1)]
 
 
+@pytest.mark.parametrize("stage", [2, 1])
+def test_null_time_or_diff_in_a_later_update_is_a_named_error(spark, tmp_path, stage: int) -> None:
+    """A null ``time`` (or ``diff``) in an update after the first fails with NullValueError with
+    either ``late`` mode: never dropped by the late guard or the lift, never a null message."""
+    from spark_differential.errors import NullValueError
+
+    path = str(tmp_path / "v")
+    view = sd.incremental(path, counts, stage=None if stage == 2 else 1)
+    view.update(upto=5, a=spark.createDataFrame([(1, 1, 0, 1)], SCHEMA))
+    nullable = "k long, x long, time long, diff long"
+    for late in ("error", "advance"):
+        for bad in ([(1, 2, None, 1), (2, 1, 6, 1)], [(1, 2, 7, None)]):
+            df = spark.createDataFrame(bad, nullable)
+            with pytest.raises(Exception) as raw:
+                view.update(upto=8, late=late, a=df).collect()
+            err = sd.unwrap(raw.value)
+            what = "time" if bad[0][2] is None else "diff"
+            assert isinstance(err, NullValueError) and f"a null {what}" in str(err), (late, str(raw.value)[:500])
+            assert view.frontier == 5  # nothing stored
+    assert sorted(rows_of(view.update(upto=8, a=spark.createDataFrame([(2, 1, 6, 1)], SCHEMA)))) == [((2, 1), 6, 1)]
+
+
 def test_late_advance_over_a_two_element_frontier(spark, tmp_path) -> None:
     """A late row counts at every time in the future of the frontier, and nowhere else."""
     schema = "k long, x long, time struct<a: long, b: long>, diff long"

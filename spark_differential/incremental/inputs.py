@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import DIFF, TIME, inspect
+from spark_differential.core.collection import DIFF, TIME, checked, inspect
 from spark_differential.core.lattice import Antichain, Leaves, TimeType, Total
 from spark_differential.errors import (
     FrontierError,
@@ -176,7 +176,7 @@ def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[L
     """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update."""
     msg = F.concat(
         F.lit(f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "),
-        F.col(TIME).cast("string"),
+        F.coalesce(F.col(TIME).cast("string"), F.lit("null")),  # never a null message
         F.lit(
             f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
             "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
@@ -191,9 +191,12 @@ def incoming(
     op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves] | None, late: str
 ) -> DataFrame:
     """New updates of input ``name`` as the view takes them: checked against (or lifted into the
-    future of) the frontier ``front``."""
+    future of) the frontier ``front``.  A null ``time`` or ``diff`` of a later update fails the
+    job with :class:`~spark_differential.errors.NullValueError` whatever ``late`` says (a first
+    update's meets the operators' own checks): no late guard or lift ever sees, drops or moves one."""
     if front is None:
         return df
+    df = checked(df, inspect(df, op=op, side=f"input `{name}`"), f"{op} (input `{name}`)")
     if late == "error":
         return late_guard(op, name, df, ttype, front)
     return lift(df, ttype, front).select(*df.columns)
