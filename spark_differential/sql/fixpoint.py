@@ -30,6 +30,8 @@ The iteration limit is ``spark_differential.sql.maxIterations`` (default 1000) o
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,11 +160,13 @@ def declare(flow: Any, with_: Any, frame: dict[str, Any]) -> list[Group]:
     return groups
 
 
-def _branches(node: Any) -> tuple[list[Any], bool | None]:
-    """A CTE body as its top-level UNION [ALL] branches, and whether it is UNION (set)."""
-    if isinstance(node, exp.Union) and not any(node.args.get(k) for k in ("with_", "order", "limit", "offset")):
-        left, ls = _branches(node.this)
-        right, rs = _branches(node.expression)
+def _branches(node: Any, top: bool = True) -> tuple[list[Any], bool | None]:
+    """A CTE body as its top-level UNION [ALL] branches, and whether it is UNION (set).
+    (A WITH on the body itself is in scope for every branch: see :func:`_scope_of`.)"""
+    keys = ("order", "limit", "offset") if top else ("with_", "order", "limit", "offset")
+    if isinstance(node, exp.Union) and not any(node.args.get(k) for k in keys):
+        left, ls = _branches(node.this, False)
+        right, rs = _branches(node.expression, False)
         me = bool(node.args.get("distinct"))
         if (ls is not None and ls != me) or (rs is not None and rs != me):
             raise SqlError(
@@ -171,6 +175,22 @@ def _branches(node: Any) -> tuple[list[Any], bool | None]:
             )
         return left + right, me
     return [node], None
+
+
+@contextlib.contextmanager
+def _scope_of(flow: Any, body: Any) -> Iterator[None]:
+    """The WITH attached to a CTE body (``t AS (WITH s AS (...) SELECT ... UNION ...)``) in
+    scope while its branches compile."""
+    with_ = body.args.get("with_") if isinstance(body, exp.Union) else None
+    if not isinstance(with_, exp.With):
+        yield
+        return
+    depth = len(flow.frames)
+    flow.with_clause(with_)
+    try:
+        yield
+    finally:
+        del flow.frames[depth:]
 
 
 def _declared_fields(ctx: Ctx, cte: Any) -> list[T.StructField]:
@@ -199,6 +219,12 @@ def _prepare(flow: Any, group: Group) -> None:
             m.fields = fields
             m.cols = [Col(f.name, ctx.fresh(f.name)) for f in fields]
             continue
+        for key in ("order", "limit", "offset"):
+            if cte.this.args.get(key):
+                raise SqlError(
+                    f"{_OP}: {'ORDER BY' if key == 'order' else key.upper()} in the recursive CTE `{m.name}` is not "
+                    "supported (its rows form a set or multiset, with no order); order or limit the outer query"
+                )
         branches, set_ = _branches(cte.this)
         m.set_ = bool(set_)
         for b in branches:
@@ -209,7 +235,8 @@ def _prepare(flow: Any, group: Group) -> None:
                 f"`<query not reading {sorted(names)}> UNION [ALL] <recursive query>` (or declare every CTE of the "
                 "group with WITH MUTUALLY RECURSIVE and typed columns, which start empty)"
             )
-        rels = [flow.query(b) for b in m.bases]
+        with _scope_of(flow, cte.this):
+            rels = [flow.query(b) for b in m.bases]
         base = rels[0]
         for r in rels[1:]:
             base, r = flow.aligned(base, r, f"the non-recursive terms of `{m.name}`")
@@ -240,17 +267,12 @@ def _compile_steps(flow: Any, group: Group) -> None:
     try:
         for m in group.members:
             for b in m.steps:
-                rel = flow.query(b)
+                with _scope_of(flow, m.entry.cte.this):
+                    rel = flow.query(b)
                 if len(rel.cols) != len(m.cols):
                     raise SqlError(
                         f"{_OP}: the recursive term of `{m.name}` has {len(rel.cols)} columns but the CTE has "
                         f"{len(m.cols)}: `{_sql_of(b)}`"
-                    )
-                if not m.set_ and not group.mutually and rel.refs > 1:
-                    raise SqlError(
-                        f"{_OP}: the recursive term of `{m.name}` reads the recursive CTE(s) {rel.refs} times; with "
-                        "UNION ALL a recursive term may read them once (use UNION for the set semantics of the fixed "
-                        "point, where several references are allowed)"
                     )
                 have = {f.name: f.dataType for f in schema_of(ctx, rel, flow.dry_env)}
                 want = fields[m.key]

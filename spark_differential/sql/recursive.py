@@ -184,12 +184,15 @@ def _leaf_query(node: exp.Expr, norm: Any) -> exp.Query:
     """``WITH <the CTEs it needs> <node>`` (a FROM item: ``SELECT * FROM <node>``), a copy
     that Spark SQL can run on its own."""
     visible: dict[str, exp.CTE] = {}
+    source: dict[str, exp.With] = {}
     p = node.parent
     while p is not None:
         w = p.args.get("with_") if isinstance(p, exp.Expr) else None
         if isinstance(w, exp.With):
             for c in w.expressions:
-                visible.setdefault(norm(c.alias), c)
+                if norm(c.alias) not in visible:
+                    visible[norm(c.alias)] = c
+                    source[norm(c.alias)] = w
         p = p.parent
     if isinstance(node, (exp.Select, exp.Union, exp.Except, exp.Intersect)):
         q = node.copy()
@@ -215,5 +218,11 @@ def _leaf_query(node: exp.Expr, norm: Any) -> exp.Query:
     if isinstance(own, exp.With):
         own.set("expressions", [*order, *own.expressions])
     else:
-        q.set("with_", exp.With(expressions=order))
+        own = exp.With(expressions=order)
+        q.set("with_", own)
+    # CTEs of a WITH RECURSIVE (or MUTUALLY RECURSIVE) keep their meaning
+    if any(source[k].args.get("recursive") or source[k].meta.get("mutually") for k in needed):
+        own.set("recursive", True)
+        if any(source[k].meta.get("mutually") for k in needed):
+            own.meta["mutually"] = True
     return q
