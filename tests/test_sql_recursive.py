@@ -124,20 +124,12 @@ WITH RECURSIVE reach(g, node) AS (
     SELECT g, node FROM roots
     UNION
     SELECT r.g, e.dst FROM reach r JOIN edges e ON r.g = e.g AND r.node = e.src
-), hops(g, node, k) AS (
+), walks(g, node, len) AS (
     SELECT g, node, 0 FROM reach
     UNION ALL
-    SELECT g, node, k + 1 FROM hops WHERE k < 1
+    SELECT w.g, e.dst, w.len + 1 FROM walks w JOIN edges e ON w.g = e.g AND w.node = e.src WHERE w.len < 2
 )
-SELECT g, node, k FROM hops"""
-
-PATHS = """
-WITH RECURSIVE paths(g, node, len) AS (
-    SELECT g, node, 0 FROM roots
-    UNION ALL
-    SELECT p.g, e.dst, p.len + 1 FROM paths p JOIN edges e ON p.g = e.g AND p.node = e.src WHERE p.len < 3
-)
-SELECT g, node, len FROM paths"""
+SELECT g, node, len FROM walks"""
 
 LAYERS = """
 WITH RECURSIVE layers(g, node, len) AS (
@@ -187,15 +179,31 @@ WITH MUTUALLY RECURSIVE dist(g bigint, node bigint, d bigint) AS (
 )
 SELECT g, node, d FROM dist"""
 
+OUTER = """
+WITH RECURSIVE reach(g, node) AS (
+    SELECT g, node FROM roots
+    UNION
+    SELECT r.g, e.dst FROM reach r JOIN edges e ON r.g = e.g AND r.node = e.src
+), unreached AS (
+    SELECT g, src AS node FROM edges EXCEPT SELECT g, node FROM reach
+), both_ends AS (
+    SELECT g, dst AS node FROM edges INTERSECT ALL SELECT g, node FROM reach
+)
+SELECT 'unreached' AS k, g, node, 0 AS n FROM unreached
+UNION ALL SELECT 'both', g, node, 0 FROM both_ends
+UNION ALL SELECT 'count', -1, -1, count(*) FROM reach
+UNION ALL SELECT 'left', e.g, e.src, coalesce(r.node, -1) FROM edges e LEFT JOIN reach r ON e.g = r.g AND e.dst = r.node
+UNION ALL SELECT 'const', 0, v, 0 FROM (VALUES (7), (8)) AS c(v)"""
+
 FORMS = {
     # name: (query, the snapshot answer: DuckDB on the same text, or a brute-force fixed point)
-    "union_reach_then_union_all": (REACH, _duckdb(REACH)),
-    "union_all_paths": (PATHS, _duckdb(PATHS)),
+    "union_then_union_all_over_it": (REACH, _duckdb(REACH)),
     "union_all_distinct_left_join": (LAYERS, _duckdb(LAYERS)),
     "comma_join_then_group_by": (CLOSURE, _duckdb(CLOSURE)),
     "min_group_by_in_recursion": (SHORTEST, _bfs),
     "mutual_recursion": (PARITY, _parity),
     "with_mutually_recursive": (MUTUALLY, _bfs),
+    "outer_query_except_intersect_count_left_join_values": (OUTER, _duckdb(OUTER)),
 }
 
 
