@@ -13,6 +13,7 @@ evaluation of the fixed point.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -20,14 +21,15 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import rows_of, time_type
-from oracle import Lattice, Product, Total, acc, assert_updates_equal, moebius
+from helpers import CONNECT, rows_of, time_type
+from oracle import Lattice, Product, Total, acc, assert_updates_equal, consolidate, moebius
 from pyspark.sql import types as T
+from spark_support import no_spark_job
 
 import spark_differential as sd
+from spark_differential.errors import ConfigurationError, IterationLimitExceeded, SqlError
 
 INT, PROD = Total(), Product([Total(), Total()])
-LATTICES = [pytest.param(INT, id="int"), pytest.param(PROD, id="product")]
 
 Updates = list[tuple[tuple, Any, int]]
 
@@ -207,8 +209,13 @@ FORMS = {
 }
 
 
-@pytest.mark.parametrize("lat", LATTICES)
-@pytest.mark.parametrize("form", list(FORMS))
+# every recursive form with both time types; the outer-query form (no new recursion) with product times only
+CASES = [pytest.param(form, lat, id=f"{form}-{'int' if lat is INT else 'product'}",
+                      marks=[pytest.mark.connect] if (form, lat) == ("with_mutually_recursive", PROD) else [])
+         for form in FORMS for lat in (INT, PROD) if not (form.startswith("outer_query") and lat is INT)]
+
+
+@pytest.mark.parametrize("form,lat", CASES)
 def test_recursive_query_matches_the_snapshots(spark, form: str, lat: Lattice):
     query, snapshot = FORMS[form]
     edges, roots = _graphs(list(FORMS).index(form) * 7 + (lat is PROD), lat)
@@ -216,3 +223,111 @@ def test_recursive_query_matches_the_snapshots(spark, form: str, lat: Lattice):
     times = [t for _, t, _ in edges + roots]
     expected = moebius(lambda s: snapshot(acc(edges, s, lat), acc(roots, s, lat)), times, lat)
     assert_updates_equal(rows_of(out), expected)
+
+
+# ----------------------------------------------------------------------------- other paths
+
+
+def test_recursive_query_on_the_distributed_path(spark):
+    """The loop iteration by iteration on the cluster (no in-task run): the same rows."""
+    query, snapshot = FORMS["with_mutually_recursive"]
+    edges, roots = _graphs(21, PROD, n_graphs=1)
+    spark.conf.set("spark_differential.iterate.localRows", "0")
+    try:
+        out = sd.sql(query, edges=_df(spark, edges, ["g", "src", "dst"], PROD), roots=_df(spark, roots, ["g", "node"], PROD))
+        rows = rows_of(out)
+    finally:
+        spark.conf.unset("spark_differential.iterate.localRows")
+    expected = moebius(lambda s: snapshot(acc(edges, s, PROD), acc(roots, s, PROD)), [t for _, t, _ in edges + roots], PROD)
+    assert_updates_equal(rows, expected)
+
+
+def test_recursive_query_in_an_incremental_view(spark, tmp_path):
+    """sd.sql inside sd.incremental (stage 2: per-operator traces, the loop in one task):
+    the updates returned batch by batch add up to the one-shot answer."""
+    query, snapshot = FORMS["with_mutually_recursive"]
+    edges, roots = _graphs(22, INT, n_graphs=2)
+    view = sd.incremental(str(tmp_path), lambda edges, roots: sd.sql(query, edges=edges, roots=roots), stage=2)
+    got: Updates = []
+    for upto in (2, 4):
+        batch = {name: _df(spark, [u for u in ups if upto - 2 <= u[1] < upto], cols, INT)
+                 for name, ups, cols in (("edges", edges, ["g", "src", "dst"]), ("roots", roots, ["g", "node"]))}
+        got += rows_of(view.update(upto=upto, **batch))
+    expected = moebius(lambda s: snapshot(acc(edges, s, INT), acc(roots, s, INT)), [t for _, t, _ in edges + roots], INT)
+    assert_updates_equal(consolidate(got), expected)
+
+
+# ----------------------------------------------------------------------------- limits and errors
+
+
+@pytest.fixture
+def small_graph(spark):
+    edges = spark.createDataFrame([(1, 2, 0, 1), (2, 1, 1, 1)], "src long, dst long, time long, diff long")
+    roots = spark.createDataFrame([(1, 0, 1)], "node long, time long, diff long")
+    return {"edges": edges, "roots": roots}
+
+
+CYCLE_ALL = """WITH RECURSIVE walk(node) AS (SELECT node FROM roots
+               UNION ALL SELECT e.dst FROM walk w JOIN edges e ON w.node = e.src) SELECT node FROM walk"""
+
+
+@pytest.mark.connect
+def test_union_all_around_a_cycle_stops_at_the_limit_naming_the_cte(spark, small_graph):
+    spark.conf.set("spark_differential.sql.maxIterations", "6")
+    try:
+        with pytest.raises(IterationLimitExceeded, match=r"recursive CTE `walk` did not reach a fixed point within 6 "
+                           r"iterations.*UNION ALL.*spark_differential\.sql\.maxIterations") as info:
+            sd.sql(CYCLE_ALL, **small_graph)
+    finally:
+        spark.conf.unset("spark_differential.sql.maxIterations")
+    assert info.value.iterations >= 6 and info.value.changing > 0
+    # the same recursion with UNION terminates: the cycle is a set of two nodes
+    out = sd.sql(CYCLE_ALL.replace("UNION ALL", "UNION"), **small_graph)
+    assert sorted(rows_of(out)) == [((1,), 0, 1), ((2,), 0, 1)]
+
+
+def test_with_mutually_recursive_error_at_recursion_limit(small_graph):
+    query = """WITH MUTUALLY RECURSIVE (ERROR AT RECURSION LIMIT 3) c(n bigint) AS (
+                   SELECT node FROM roots UNION ALL SELECT n + 1 FROM c) SELECT n FROM c"""
+    with pytest.raises(IterationLimitExceeded, match=r"`c` did not reach a fixed point within 3 iterations.*ERROR AT "
+                       r"RECURSION LIMIT"):
+        sd.sql(query, **small_graph)
+
+
+ERRORS = [
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT n FROM r) SELECT n FROM r LIMIT 3", "LIMIT"),
+    ("WITH RECURSIVE r(time) AS (SELECT node FROM roots UNION SELECT time FROM r) SELECT time FROM r", "`time`"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT n FROM r) SELECT n, n FROM r", "two columns"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM nodes UNION SELECT n FROM r) SELECT n FROM r", "unknown table `nodes`"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT r.n FROM r WHERE EXISTS (SELECT 1 FROM r x)) "
+     "SELECT n FROM r", "inside a subquery"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT e.dst FROM edges e LEFT JOIN r ON r.n = e.src) "
+     "SELECT n FROM r", "NULL side of a LEFT JOIN"),
+    ("WITH MUTUALLY RECURSIVE (RETURN AT RECURSION LIMIT 5) c(n bigint) AS (SELECT node FROM roots) SELECT n FROM c",
+     "RETURN AT RECURSION LIMIT"),
+    ("WITH MUTUALLY RECURSIVE c AS (SELECT node FROM roots UNION SELECT node FROM c) SELECT * FROM c", "types"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT n FROM r WHERE) SELECT n FROM r", "could not parse"),
+]
+
+
+@pytest.mark.parametrize("query,message", [pytest.param(*e, marks=[pytest.mark.connect] if i == 4 else [], id=f"e{i}")
+                                           for i, e in enumerate(ERRORS)])
+def test_misuse_is_an_sql_error_before_any_job(spark, small_graph, query: str, message: str):
+    # jobs can only be counted on a classic session; on Spark Connect the error itself is checked
+    with no_spark_job(spark) if not CONNECT else contextlib.nullcontext(), pytest.raises(SqlError, match=message):
+        sd.sql(query, **small_graph)
+
+
+def test_keyword_tables_are_all_collections_or_all_tables(spark, small_graph):
+    plain = spark.createDataFrame([(1,)], "node long")
+    with pytest.raises(SqlError, match=r"some keyword tables are collections.*\['roots'\]"):
+        sd.sql(CYCLE_ALL, edges=small_graph["edges"], roots=plain)
+    dated = small_graph["roots"].selectExpr("node", "CAST(time AS int) AS time", "diff")
+    with pytest.raises(SqlError, match="different time types"):
+        sd.sql(CYCLE_ALL, edges=small_graph["edges"], roots=dated)
+    spark.conf.set("spark_differential.sql.maxIterations", "none")
+    try:
+        with pytest.raises(ConfigurationError, match="maxIterations"):
+            sd.sql(CYCLE_ALL, **small_graph)
+    finally:
+        spark.conf.unset("spark_differential.sql.maxIterations")

@@ -28,7 +28,7 @@ from spark_differential.core.lazy import lazy
 from spark_differential.errors import SqlError
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.names import AGGREGATES, Scope, internal_ref, reject_unsupported
-from spark_differential.sql.rel import Col, Ctx, Rel, concat, derive, distinct, project, schema_of, where
+from spark_differential.sql.rel import Col, Ctx, Flow, Rel, concat, derive, distinct, project, schema_of, where
 
 exp = lazy("sqlglot.expressions")
 pd = lazy("pandas")
@@ -118,7 +118,7 @@ def _calls(nodes: list[exp.Expr]) -> list[exp.AggFunc]:
     return list(seen.values())
 
 
-def group(flow: Any, select: exp.Select, rel: Rel, scope: Scope) -> Rel:
+def group(flow: Flow, select: exp.Select, rel: Rel, scope: Scope) -> Rel:
     """``SELECT ... FROM <rel> [GROUP BY ...] [HAVING ...]`` with aggregates."""
     ctx: Ctx = flow.ctx
     gexprs = _group_exprs(select, scope)
@@ -213,7 +213,7 @@ def _read_call(a: exp.AggFunc) -> tuple[str, exp.Expr | None, bool]:
     return kind.lower(), arg, dist
 
 
-def _reduce(flow: Any, pre: Rel, gk: list[str], specs: list[_Call]) -> Rel:
+def _reduce(flow: Flow, pre: Rel, gk: list[str], specs: list[_Call]) -> Rel:
     """The reduction(s): group keys, then one column per aggregate call."""
     ctx: Ctx = flow.ctx
     gcols = [c for c in pre.cols if c.internal in gk]
@@ -227,7 +227,10 @@ def _reduce(flow: Any, pre: Rel, gk: list[str], specs: list[_Call]) -> Rel:
         if s.distinct and s.kind in ("count", "sum"):
             base = distinct(ctx, project(ctx, pre, [*[(c.internal, c) for c in gcols], (s.arg, Col("", s.arg))]))
         if s.arg is None:
-            counted = project(ctx, base, [(c.internal, c) for c in gcols])
+            # with no key, one constant column: the engine's dd_count of a collection without data
+            # columns fails (a DuckDB syntax error in its kernel; reported, not fixed here)
+            items = [(c.internal, c) for c in gcols] or [("0", Col("", ctx.fresh("row")))]
+            counted = project(ctx, base, items)
             return derive(ctx, [counted], cols, lambda d: d.dd_count(by).withColumnRenamed("count", s.out),
                           linear=False, consolidated=True, dry=lambda d: _grouped(d, gk, F.count(F.lit(1)).alias(s.out)))
         if s.kind == "count":

@@ -62,7 +62,7 @@ def __getattr__(name: str) -> Any:
 
 @without_origin_tracking
 def sql(query: str, /, **views: DataFrame) -> DataFrame:
-    """Run a Spark SQL query whose as-of joins are computed differentially.
+    """Run a Spark SQL query whose as-of joins and recursive CTEs are computed differentially.
 
     ``query`` is one Spark SQL statement.  ``ASOF JOIN`` may be written in Spark
     4.3's syntax, ``o [INNER | LEFT [OUTER]] ASOF JOIN p MATCH_CONDITION (o.ts >= p.ts)
@@ -84,6 +84,16 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
     (no ``time``/``diff`` columns).  Raises
     :class:`~spark_differential.errors.SqlError` before any Spark job for
     malformed or unsupported queries, unknown tables and Spark's analysis errors.
+
+    A query with ``WITH RECURSIVE`` (or Materialize's ``WITH MUTUALLY RECURSIVE``)
+    is compiled to ``dd_iterate``: ``UNION`` is the least fixed point (set
+    semantics), ``UNION ALL`` keeps every derived row, aggregates and mutual
+    recursion inside the recursion have differential dataflow's meaning, and every
+    loop stops after ``spark_differential.sql.maxIterations`` iterations (default
+    1000) with :class:`~spark_differential.errors.IterationLimitExceeded` naming the
+    CTE.  When the keyword tables are collections (``time`` and ``diff`` columns) the
+    whole query is computed on them and the result is a collection: at every time,
+    the query's answer on the inputs at that time.  See ``docs/sql.md``.
 
     >>> import spark_differential as sd
     >>> spark = sd.session()
@@ -111,6 +121,21 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
     |ann| 1.1|
     |bob| 1.2|
     +---+----+
+    <BLANKLINE>
+
+    Nodes reachable from node 1 while the edge ``2 -> 3`` exists (until time 5):
+
+    >>> edges = spark.createDataFrame([(1, 2, 0, 1), (2, 3, 0, 1), (2, 3, 5, -1)], "src long, dst long, time long, diff long")
+    >>> sd.sql('''WITH RECURSIVE reach(node) AS (SELECT 1 UNION SELECT e.dst FROM reach r JOIN edges e ON r.node = e.src)
+    ...           SELECT node FROM reach''', edges=edges).orderBy("time", "node").show()
+    +----+----+----+
+    |node|time|diff|
+    +----+----+----+
+    |   1|   0|   1|
+    |   2|   0|   1|
+    |   3|   0|   1|
+    |   3|   5|  -1|
+    +----+----+----+
     <BLANKLINE>
     """
     if not isinstance(query, str):

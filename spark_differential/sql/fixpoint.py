@@ -42,7 +42,18 @@ from spark_differential.core.collection import DIFF, TIME
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import IterationLimitExceeded, SqlError
 from spark_differential.sql.dialect import _OP, _sql_of
-from spark_differential.sql.rel import MAX_ITERATIONS_CONF, Col, Ctx, DryEnv, Rel, concat, distinct, project, schema_of
+from spark_differential.sql.rel import (
+    MAX_ITERATIONS_CONF,
+    Col,
+    Ctx,
+    DryEnv,
+    Flow,
+    Rel,
+    concat,
+    distinct,
+    project,
+    schema_of,
+)
 
 exp = lazy("sqlglot.expressions")
 
@@ -130,7 +141,7 @@ def sccs(keys: list[str], deps: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def declare(flow: Any, with_: Any, frame: dict[str, Any]) -> list[Group]:
+def declare(flow: Flow, with_: Any, frame: dict[str, Any]) -> list[Group]:
     """Find the recursive CTE groups of a WITH clause, attach them to their entries and
     return them, dependencies first."""
     mutually = bool(with_.meta.get("mutually"))
@@ -178,7 +189,7 @@ def _branches(node: Any, top: bool = True) -> tuple[list[Any], bool | None]:
 
 
 @contextlib.contextmanager
-def _scope_of(flow: Any, body: Any) -> Iterator[None]:
+def _scope_of(flow: Flow, body: Any) -> Iterator[None]:
     """The WITH attached to a CTE body (``t AS (WITH s AS (...) SELECT ... UNION ...)``) in
     scope while its branches compile."""
     with_ = body.args.get("with_") if isinstance(body, exp.Union) else None
@@ -207,7 +218,7 @@ def _declared_fields(ctx: Ctx, cte: Any) -> list[T.StructField]:
     return [T.StructField(c.name, t, True) for c, t in zip(cols, types)]
 
 
-def _prepare(flow: Any, group: Group) -> None:
+def _prepare(flow: Flow, group: Group) -> None:
     """Split each member into branches, compile the non-recursive ones, fix the columns."""
     ctx: Ctx = flow.ctx
     names = {flow.norm(m.name) for m in group.members}
@@ -256,7 +267,7 @@ def _prepare(flow: Any, group: Group) -> None:
             raise SqlError(f"{_OP}: recursive CTE `{m.name}` has two columns named `{sorted(dup)[0]}`; name them apart")
 
 
-def _compile_steps(flow: Any, group: Group) -> None:
+def _compile_steps(flow: Flow, group: Group) -> None:
     """Compile the recursive branches with every member read as a loop variable."""
     ctx: Ctx = flow.ctx
     fields = {m.key: [T.StructField(c.internal, f.dataType, True) for c, f in zip(m.cols, m.fields)] for m in group.members}
@@ -287,7 +298,7 @@ def _compile_steps(flow: Any, group: Group) -> None:
         flow.dry_env = saved_env
 
 
-def solve(flow: Any, group: Group) -> None:
+def solve(flow: Flow, group: Group) -> None:
     """Compute a group of recursive CTEs (one ``dd_iterate``) and set each member's relation."""
     saved = flow.frames
     flow.frames = flow.frames[: group.members[0].entry.depth + 1]
@@ -301,7 +312,7 @@ def solve(flow: Any, group: Group) -> None:
         m.entry.rel = Rel([Col(c.name, c.internal) for c in m.cols], df=df, consolidated=True)
 
 
-def _iterate(flow: Any, group: Group) -> list[DataFrame]:
+def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
     ctx: Ctx = flow.ctx
     ms = group.members
     working = len(ms) == 1 and not ms[0].set_ and not group.mutually and not all(r.linear for r in ms[0].step_rels)

@@ -29,13 +29,13 @@ from spark_differential.core.lazy import lazy
 from spark_differential.errors import SqlError
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.names import Scope, internal_ref, reject_unsupported
-from spark_differential.sql.rel import Col, Ctx, Rel, concat, derive, fresh_copy, project, same, where
+from spark_differential.sql.rel import Col, Ctx, Flow, Rel, concat, derive, fresh_copy, project, same, where
 from spark_differential.sql.tree import _conjuncts, _unparen
 
 exp = lazy("sqlglot.expressions")
 
 
-def from_clause(flow: Any, select: exp.Select) -> tuple[Rel, Scope]:
+def from_clause(flow: Flow, select: exp.Select) -> tuple[Rel, Scope]:
     """The relation of ``FROM ... [JOIN ...] [WHERE ...]`` and the scope of its columns."""
     from_ = select.args.get("from_")
     where_ = select.args.get("where")
@@ -69,17 +69,17 @@ def from_clause(flow: Any, select: exp.Select) -> tuple[Rel, Scope]:
     return rel, Scope(rel.cols, flow.norm, "the query")
 
 
-def _scope(flow: Any, *rels: Rel) -> Scope:
+def _scope(flow: Flow, *rels: Rel) -> Scope:
     return Scope([c for r in rels for c in r.cols], flow.norm, "the query")
 
 
-def _filter(flow: Any, rel: Rel, conds: list[exp.Expr], what: str) -> Rel:
+def _filter(flow: Flow, rel: Rel, conds: list[exp.Expr], what: str) -> Rel:
     scope = _scope(flow, rel)
     text = " AND ".join(f"({scope.text(c)})" for c in conds)
     return where(flow.ctx, rel, text, what=f" (in {what})")
 
 
-def _conditions(flow: Any, j: exp.Join | None, left: Rel, right: Rel) -> tuple[list[exp.Expr], Rel, list[Col]]:
+def _conditions(flow: Flow, j: exp.Join | None, left: Rel, right: Rel) -> tuple[list[exp.Expr], Rel, list[Col]]:
     """A join's ON conjuncts (with ``USING``/``NATURAL`` as equalities), its right side (the
     ``USING`` copies hidden) and the columns ``*`` lists first (the ``USING`` columns)."""
     if j is None:
@@ -131,7 +131,7 @@ def _reads(scope: Scope, e: exp.Expr) -> set[str]:
     return {x.internal for x in scope.cols_of(e)}
 
 
-def _inner_joins(flow: Any, items: list[Any], rels: list[Rel], conds: list[exp.Expr]) -> Rel:
+def _inner_joins(flow: Flow, items: list[Any], rels: list[Rel], conds: list[exp.Expr]) -> Rel:
     """Inner joins and WHERE together: single-table conditions first, equalities as keys."""
     pending: list[exp.Expr] = list(conds)
     first: list[Col] = []
@@ -171,7 +171,7 @@ def _using_first(rel: Rel, first: list[Col]) -> Rel:
     return replace(rel, cols=[*kept, *[c for c in rel.cols if (c.qual, c.name) not in names and id(c) not in ids]])
 
 
-def _keyed(flow: Any, rel: Rel, exprs: list[Any], scope: Scope, names: list[str], share: bool) -> Rel:
+def _keyed(flow: Flow, rel: Rel, exprs: list[Any], scope: Scope, names: list[str], share: bool) -> Rel:
     """``rel`` with its key columns ``names``: with ``share``, a key that is one of its
     columns is that column renamed (both sides' columns then answer to the one key column,
     right for an inner join); otherwise each key is a new hidden column."""
@@ -191,7 +191,7 @@ def _keyed(flow: Any, rel: Rel, exprs: list[Any], scope: Scope, names: list[str]
     return replace(out, cols=[*cols, *[c for _, c in extra]])
 
 
-def _equi_join(flow: Any, left: Rel, right: Rel, keys: list[tuple[Any, Any]], scope: Scope, share: bool) -> Rel:
+def _equi_join(flow: Flow, left: Rel, right: Rel, keys: list[tuple[Any, Any]], scope: Scope, share: bool) -> Rel:
     """``dd_join`` on the key pairs (none: one constant key, a cross join)."""
     ctx = flow.ctx
     if not keys:
@@ -214,7 +214,7 @@ def _joined(ctx: Ctx, left: Rel, right: Rel, on: list[str], *, right_first: bool
                   dry=lambda a, b: a.drop(TIME, DIFF).join(b, on=on))
 
 
-def _join(flow: Any, left: Rel, right: Rel, j: exp.Join) -> Rel:
+def _join(flow: Flow, left: Rel, right: Rel, j: exp.Join) -> Rel:
     """One join of a FROM clause that has outer joins (its inner joins too, in order)."""
     side = str(j.side or "").upper()
     kind = str(j.args.get("kind") or "").upper()
@@ -233,7 +233,7 @@ def _join(flow: Any, left: Rel, right: Rel, j: exp.Join) -> Rel:
     return _using_first(rel, first)
 
 
-def _outer(flow: Any, left: Rel, right: Rel, side: str, keys: list[tuple[Any, Any]], rest: list[exp.Expr],
+def _outer(flow: Flow, left: Rel, right: Rel, side: str, keys: list[tuple[Any, Any]], rest: list[exp.Expr],
            scope: Scope, j: exp.Join) -> Rel:
     """LEFT / RIGHT / FULL [OUTER] JOIN on key equalities (plus conditions on one side)."""
     ctx = flow.ctx

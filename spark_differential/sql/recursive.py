@@ -29,6 +29,7 @@ from spark_differential.errors import CollectionError, ConfigurationError, SqlEr
 from spark_differential.sql import fixpoint
 from spark_differential.sql.dataflow import Dataflow
 from spark_differential.sql.dialect import _OP
+from spark_differential.sql.names import output_name
 from spark_differential.sql.rel import DEFAULT_MAX_ITERATIONS, MAX_ITERATIONS_CONF, Ctx, Rel
 from spark_differential.sql.rewrite import _Compiler
 
@@ -91,19 +92,29 @@ def _over_collections(spark: Any, tree: exp.Query, views: Mapping[str, DataFrame
     flow = Dataflow(ctx, {norm(k): v for k, v in views.items()})
     tree = tree.copy()
     tree.set("order", None)  # a collection has no order
+    first_select = tree
+    while isinstance(first_select, (exp.Union, exp.Except, exp.Intersect, exp.Subquery)):
+        first_select = first_select.this
+    if isinstance(first_select, exp.Select) and not any(isinstance(e, exp.Star) or e.is_star for e in first_select.expressions):
+        _check_output([output_name(e) for e in first_select.expressions], norm)  # before any loop runs
     rel = flow.query(tree)
     cols = rel.visible()
-    seen: dict[str, str] = {}
-    for c in cols:
-        k = norm(c.name)
-        if k in (TIME, DIFF):
-            raise SqlError(f"{_OP}: the result has a column called `{c.name}`, which collections reserve; alias it")
-        if k in seen:
-            raise SqlError(f"{_OP}: the result has two columns called `{c.name}`; alias them apart")
-        seen[k] = c.name
+    _check_output([c.name for c in cols], norm)
     assert rel.df is not None
     out = rel.df.select(*[F.col(c.internal).alias(c.name) for c in cols], TIME, DIFF)
     return out if rel.consolidated and len(cols) == len(rel.internals) else out.dd_consolidate()
+
+
+def _check_output(names: list[str], norm: Any) -> None:
+    """The result's columns can form a collection: none called ``time``/``diff``, no two alike."""
+    seen: set[str] = set()
+    for n in names:
+        k = norm(n)
+        if k in (TIME, DIFF):
+            raise SqlError(f"{_OP}: the result has a column called `{n}`, which collections reserve; alias it")
+        if k in seen:
+            raise SqlError(f"{_OP}: the result has two columns called `{n}`; alias them apart")
+        seen.add(k)
 
 
 def _plain(rel: Rel) -> DataFrame:

@@ -21,7 +21,7 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -259,3 +259,28 @@ def schema_of(ctx: Ctx, rel: Rel, env: Env) -> list[T.StructField]:
         df = rel.build(env)
         by_name = {f.name: f for f in df.schema.fields}
     return [by_name[c] for c in rel.internals]
+
+
+class Flow(Protocol):
+    """What the clause compilers (:mod:`~spark_differential.sql.joins`,
+    :mod:`~spark_differential.sql.aggregate`, :mod:`~spark_differential.sql.fixpoint`) use of
+    the query compiler, :class:`spark_differential.sql.dataflow.Dataflow`."""
+
+    ctx: Ctx
+    frames: list[dict[str, Any]]
+    dry_env: DryEnv
+
+    @property
+    def norm(self) -> Callable[[str], str]: ...
+
+    def active(self) -> set[str]: ...
+
+    def query(self, node: Any, *, top: bool = False) -> Rel: ...
+
+    def from_item(self, node: Any) -> Rel: ...
+
+    def select_items(self, node: Any, scope: Any) -> list[tuple[Any, Col]]: ...
+
+    def aligned(self, left: Rel, right: Rel, what: str) -> tuple[Rel, Rel]: ...
+
+    def with_clause(self, with_: Any) -> list[Any]: ...
