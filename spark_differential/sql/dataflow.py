@@ -144,7 +144,7 @@ class Dataflow:
 
     # ----------------------------------------------------------------- queries
 
-    def query(self, node: exp.Expr, *, top: bool = False) -> Rel:
+    def query(self, node: exp.Expr) -> Rel:
         """The relation of a query node (``SELECT``, set operation, ``VALUES``, parenthesised)."""
         if self.leaf is not None and not self.reads_loop(node):
             return self.from_leaf(node)

@@ -53,8 +53,9 @@ def reject_unsupported(e: exp.Expr, what: str, *, aggregates: bool = False, loop
                     "negated or nested in IN/EXISTS/scalar subqueries): write the condition as a JOIN"
                 )
             raise SqlError(
-                f"{_OP}: subqueries in expressions (`{_sql_of(node)}` in {what}) are not supported in a "
-                "recursive query over collections; write them as JOINs (or compute them in a CTE)"
+                f"{_OP}: subqueries in expressions (`{_sql_of(node)}` in {what}) are not supported in the parts of a "
+                "recursive query sd.sql compiles itself (the recursive terms; over collections, the whole query): "
+                "write them as JOINs, or compute them in a CTE"
             )
         if isinstance(node, exp.Window):
             raise SqlError(f"{_OP}: window functions (`{_sql_of(node)}` in {what}) are not supported in a recursive query")

@@ -186,6 +186,10 @@ def _drop_ctes(owner: exp.Expr, with_: exp.With, done: set[str], norm: Any) -> N
     names = {norm(c.alias): c for c in rest}
     deps = {k: fixpoint.names_read(c.this, set(names), norm) - {k} for k, c in names.items()}
     ordered = [names[k] for comp in fixpoint.sccs(list(names), deps) for k in comp]
+    for c in ordered:  # WITH MUTUALLY RECURSIVE's typed columns: plain names for Spark
+        alias = c.args.get("alias")
+        if alias is not None and any(isinstance(x, exp.ColumnDef) for x in alias.columns):
+            alias.set("columns", [exp.to_identifier(x.name) for x in alias.columns])
     with_.set("expressions", ordered)
     with_.set("recursive", None)
     with_.meta.pop("mutually", None)
