@@ -190,6 +190,9 @@ class Dataflow:
         distinct_ = node.args.get("distinct")
         if distinct_ is not None and distinct_.args.get("on"):
             raise SqlError(f"{_OP}: DISTINCT ON is not supported in a recursive query; use GROUP BY")
+        window = next((n for e in node.expressions for n in e.find_all(exp.Window)), None)
+        if window is not None:
+            raise SqlError(f"{_OP}: window functions (`{_sql_of(window)}`) are not supported in a recursive query")
         rel, scope = joins.from_clause(self, node)
         if node.args.get("group") or node.args.get("having") or any(
             isinstance(n, exp.AggFunc) for e in node.expressions for n in e.walk()

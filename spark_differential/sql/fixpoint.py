@@ -274,7 +274,7 @@ def _compile_steps(flow: Flow, group: Group) -> None:
     saved_env = flow.dry_env
     flow.dry_env = DryEnv({**saved_env, **{m.key: ctx.empty(fields[m.key]) for m in group.members}})
     for m in group.members:
-        m.entry.ref = Rel(m.cols, fn=lambda env, k=m.key: env[k], loop=frozenset([m.key]), refs=1, linear=True)
+        m.entry.ref = Rel(m.cols, fn=lambda env, k=m.key: env[k], loop=frozenset([m.key]), linear=True)
     try:
         for m in group.members:
             for b in m.steps:
@@ -359,7 +359,7 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
         if group.mutually:
             start = ctx.empty([T.StructField(tag, T.IntegerType(), False), *[T.StructField(n, t, True) for n, t in wide]])
         else:
-            starts = [pack(i, (distinct(ctx, m.base) if m.set_ else m.base).df) for i, m in enumerate(ms) if m.base is not None]
+            starts = [pack(i, _start(ctx, m)) for i, m in enumerate(ms) if m.base is not None]
             start = starts[0].dd_concat(*starts[1:], consolidate=False) if len(starts) > 1 else starts[0]
     else:
         m = ms[0]
@@ -370,8 +370,7 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
         if group.mutually:
             start = ctx.empty([T.StructField(c.internal, f.dataType, True) for c, f in zip(m.cols, m.fields)])
         else:
-            assert m.base is not None
-            start = (distinct(ctx, m.base) if m.set_ else m.base).df
+            start = _start(ctx, m)
 
     limit = group.limit or ctx.max_iterations
     try:
@@ -387,6 +386,16 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
     return [out]
 
 
+def _start(ctx: Ctx, m: Member) -> DataFrame:
+    """Where a member's iteration starts: its non-recursive term (``distinct`` of it for
+    ``UNION``).  With a linear recursive term the first iteration's ``distinct`` makes the
+    same set from the term as it is, and no reduction runs before the loop."""
+    assert m.base is not None and m.base.df is not None
+    if m.set_ and not all(r.linear for r in m.step_rels):
+        return distinct(ctx, m.base).df
+    return m.base.df
+
+
 def _label(ms: list[Member]) -> str:
     return ", ".join(f"`{m.name}`" for m in ms)
 
@@ -394,14 +403,13 @@ def _label(ms: list[Member]) -> str:
 def _limit_message(group: Group, limit: int, changing: int) -> str:
     ms = group.members
     what = f"recursive CTE {_label(ms)}" if len(ms) == 1 else f"recursive CTEs {_label(ms)}"
-    hint = []
     if any(not m.set_ for m in ms) and not group.mutually:
-        hint.append("with UNION ALL every row the recursive term derives is kept, so a cycle in the data repeats "
-                    "rows forever: use UNION (set semantics), or add a stopping condition to the recursive term")
+        hint = ("with UNION ALL every row the recursive term derives is kept, so a cycle in the data repeats rows "
+                "forever: use UNION (set semantics), or add a stopping condition to the recursive term")
     else:
-        hint.append("the recursive term keeps deriving new rows (e.g. a counter without a bound, or a value that "
-                    "grows around a cycle): add a stopping condition")
+        hint = ("the recursive term keeps deriving new rows (e.g. a counter without a bound, or a value that grows "
+                "around a cycle): add a stopping condition")
     how = ("raise it with (ERROR AT RECURSION LIMIT n)" if group.mutually and group.limit
            else f"raise it with spark.conf.set('{MAX_ITERATIONS_CONF}', n)")
     return (f"{_OP}: the {what} did not reach a fixed point within {limit} iterations ({changing} changes still "
-            f"happening at the last one); {hint[0]}; or, if it converges more slowly, {how}")
+            f"happening at the last one); {hint}; or, if it converges more slowly, {how}")

@@ -60,8 +60,8 @@ class Col:
 class Rel:
     """A relation as a collection: built (``df``) or a function of the loop's variables (``fn``).
 
-    ``loop`` names the recursive CTEs it depends on, ``refs`` counts its references to
-    them and ``linear`` says whether it is linear in them (each update of a loop variable
+    ``loop`` names the recursive CTEs it depends on and ``linear`` says whether it is
+    linear in them (each update of a loop variable
     maps to updates on its own: joins with outer relations, filters, projections), which
     decides how a ``UNION ALL`` recursion may be evaluated.  ``consolidated``: the
     DataFrame is known to have no two rows with equal data and time."""
@@ -70,7 +70,6 @@ class Rel:
     df: DataFrame | None = None
     fn: Callable[[Env], DataFrame] | None = None
     loop: frozenset[str] = frozenset()
-    refs: int = 0
     linear: bool = True
     consolidated: bool = False
 
@@ -189,7 +188,6 @@ def derive(
     "every parent is linear" (right for operators of one loop-dependent input).  ``dry``:
     the stand-in of ``f`` for a :class:`DryEnv` (``f`` calls a ``dd_*`` operator)."""
     loop = frozenset().union(*(p.loop for p in parents))
-    refs = sum(p.refs for p in parents)
     lin = all(p.linear for p in parents) if linear is None else linear
     if not loop:
         with ctx.errors(what):
@@ -201,7 +199,7 @@ def derive(
         with ctx.errors(what):
             return g(*[p.build(env) for p in parents])
 
-    return Rel(cols, fn=fn, loop=loop, refs=refs, linear=lin, consolidated=consolidated)
+    return Rel(cols, fn=fn, loop=loop, linear=lin, consolidated=consolidated)
 
 
 def project(ctx: Ctx, rel: Rel, items: Sequence[tuple[str, Col]], *, consolidated: bool = False, what: str = "") -> Rel:
