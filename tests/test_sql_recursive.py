@@ -307,6 +307,8 @@ ERRORS = [
      "RETURN AT RECURSION LIMIT"),
     ("WITH MUTUALLY RECURSIVE c AS (SELECT node FROM roots UNION SELECT node FROM c) SELECT * FROM c", "types"),
     ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT n FROM r WHERE) SELECT n FROM r", "could not parse"),
+    ("WITH RECURSIVE r(n) AS (SELECT node FROM roots UNION SELECT x FROM (WITH RECURSIVE s(x) AS "
+     "(SELECT n FROM r UNION SELECT x FROM s) SELECT x FROM s) q) SELECT n FROM r", "nested recursion"),
 ]
 
 

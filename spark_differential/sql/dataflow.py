@@ -37,7 +37,7 @@ from spark_differential.errors import SqlError
 from spark_differential.sql import aggregate, fixpoint, joins
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.names import Scope, output_name, reject_unsupported
-from spark_differential.sql.rel import Col, Ctx, DryEnv, Rel, concat, derive, distinct, project
+from spark_differential.sql.rel import Col, Ctx, DryEnv, Rel, concat, derive, distinct, project, renames
 
 exp = lazy("sqlglot.expressions")
 
@@ -97,16 +97,23 @@ class Dataflow:
             out |= {k for k, e in frame.items() if e.ref is not None}
         return out
 
-    def reads_loop(self, node: exp.Expr) -> bool:
-        """Does ``node`` read a CTE whose loop is being compiled?"""
-        names = self.active()
-        if not names:
+    def reads_loop(self, node: exp.Expr, seen: set[int] | None = None) -> bool:
+        """Does ``node`` read a CTE whose loop is being compiled (directly, or through the
+        definitions of the CTEs it reads)?"""
+        if not self.active():
             return False
+        seen = set() if seen is None else seen
         for t in node.find_all(exp.Table):
-            if not t.args.get("db") and self.norm(t.name) in names:
-                e = self.lookup(t.name)
-                if e is not None and e.ref is not None and not _defined_inside(t, node, self.norm):
-                    return True
+            if t.args.get("db") or _defined_inside(t, node, self.norm):
+                continue
+            e = self.lookup(t.name)
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if e.ref is not None or (e.rel is None and self.reads_loop(e.cte.this, seen)) or (
+                e.rel is not None and bool(e.rel.loop)
+            ):
+                return True
         return False
 
     def with_clause(self, with_: exp.With) -> list[Any]:
@@ -235,8 +242,7 @@ class Dataflow:
                 text = scope.text(inner)
                 name = c.name
             out.append((text, Col(name, self.ctx.fresh(name))))
-        same = sorted(t for t, _ in out) == sorted(rel.internals)
-        return project(self.ctx, rel, out, consolidated=rel.consolidated and same, what=" (in a SELECT list)")
+        return project(self.ctx, rel, out, consolidated=rel.consolidated and renames(out, rel), what=" (in a SELECT list)")
 
     def setop(self, node: exp.Expr) -> Rel:
         left = self.query(node.this)

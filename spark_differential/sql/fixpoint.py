@@ -252,6 +252,11 @@ def _prepare(flow: Flow, group: Group) -> None:
         for r in rels[1:]:
             base, r = flow.aligned(base, r, f"the non-recursive terms of `{m.name}`")
             base = concat(ctx, [base, r])
+        if base.df is None:
+            raise SqlError(
+                f"{_OP}: recursive CTE `{m.name}` is defined inside the recursive term of another recursive CTE and "
+                "reads it: nested recursion over an enclosing loop is not supported; define both in one WITH"
+            )
         alias = cte.args.get("alias")
         cnames = [c.name for c in alias.columns] if alias is not None and alias.columns else [c.name for c in base.cols]
         if len(cnames) != len(base.cols):
@@ -280,6 +285,12 @@ def _compile_steps(flow: Flow, group: Group) -> None:
             for b in m.steps:
                 with _scope_of(flow, m.entry.cte.this):
                     rel = flow.query(b)
+                outer = sorted(rel.loop - {x.key for x in group.members})
+                if outer:
+                    raise SqlError(
+                        f"{_OP}: recursive CTE `{m.name}` is defined inside the recursive term of another recursive "
+                        "CTE and reads it: nested recursion over an enclosing loop is not supported; define both in one WITH"
+                    )
                 if len(rel.cols) != len(m.cols):
                     raise SqlError(
                         f"{_OP}: the recursive term of `{m.name}` has {len(rel.cols)} columns but the CTE has "

@@ -210,6 +210,13 @@ def project(ctx: Ctx, rel: Rel, items: Sequence[tuple[str, Col]], *, consolidate
                   consolidated=consolidated, what=what)
 
 
+def renames(items: Sequence[tuple[str, Col]], rel: Rel) -> bool:
+    """Do ``items`` (of :func:`project` over ``rel``) only rename ``rel``'s columns (each once)?
+    Then a consolidated ``rel`` stays consolidated."""
+    texts = [t for t, _ in items]
+    return len(set(texts)) == len(texts) and sorted(texts) == sorted(rel.internals)
+
+
 def renamed(ctx: Ctx, rel: Rel, mapping: Mapping[str, str]) -> Rel:
     """``rel`` with some internal columns renamed (``mapping``: old -> new)."""
     if not mapping:
