@@ -41,6 +41,7 @@ from pyspark.sql import types as T
 from spark_differential.core.collection import DIFF, TIME
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import IterationLimitExceeded, SqlError
+from spark_differential.sql import setops
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.rel import (
     MAX_ITERATIONS_CONF,
@@ -250,7 +251,7 @@ def _prepare(flow: Flow, group: Group) -> None:
             rels = [flow.query(b) for b in m.bases]
         base = rels[0]
         for r in rels[1:]:
-            base, r = flow.aligned(base, r, f"the non-recursive terms of `{m.name}`")
+            base, r = setops.aligned(flow, base, r, f"the non-recursive terms of `{m.name}`")
             base = concat(ctx, [base, r])
         if base.df is None:
             raise SqlError(
