@@ -28,7 +28,19 @@ from spark_differential.core.lazy import lazy
 from spark_differential.errors import SqlError
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.names import AGGREGATES, Scope, internal_ref, reject_unsupported
-from spark_differential.sql.rel import Col, Ctx, Flow, Rel, concat, derive, distinct, project, renames, schema_of, where
+from spark_differential.sql.rel import (
+    Col,
+    Ctx,
+    Flow,
+    Rel,
+    concat,
+    derive,
+    distinct,
+    project,
+    relabeled,
+    schema_of,
+    where,
+)
 
 exp = lazy("sqlglot.expressions")
 pd = lazy("pandas")
@@ -186,7 +198,7 @@ def group(flow: Flow, select: exp.Select, rel: Rel, scope: Scope) -> Rel:
             name = c.name
             e = e.this if isinstance(e, exp.Alias) else e
         proj.append((_sql_of(lift(e)), Col(name, ctx.fresh(name))))
-    return project(ctx, out, proj, consolidated=out.consolidated and renames(proj, out), what=" (in a SELECT list)")
+    return relabeled(ctx, out, proj, what=" (in a SELECT list)")
 
 
 def _read_call(a: exp.AggFunc) -> tuple[str, exp.Expr | None, bool]:

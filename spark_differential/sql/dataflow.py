@@ -36,7 +36,7 @@ from spark_differential.errors import SqlError
 from spark_differential.sql import aggregate, fixpoint, joins, setops
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.names import Scope, output_name, reject_unsupported
-from spark_differential.sql.rel import Col, Ctx, DryEnv, Rel, distinct, project, renames
+from spark_differential.sql.rel import Col, Ctx, DryEnv, Rel, distinct, relabeled
 
 exp = lazy("sqlglot.expressions")
 
@@ -241,7 +241,7 @@ class Dataflow:
                 text = scope.text(inner)
                 name = c.name
             out.append((text, Col(name, self.ctx.fresh(name))))
-        return project(self.ctx, rel, out, consolidated=rel.consolidated and renames(out, rel), what=" (in a SELECT list)")
+        return relabeled(self.ctx, rel, out, what=" (in a SELECT list)")
 
     # ----------------------------------------------------------------- FROM items
 

@@ -52,6 +52,7 @@ from spark_differential.sql.rel import (
     Rel,
     concat,
     distinct,
+    fresh_copy,
     project,
     schema_of,
 )
@@ -223,6 +224,7 @@ def _prepare(flow: Flow, group: Group) -> None:
     """Split each member into branches, compile the non-recursive ones, fix the columns."""
     ctx: Ctx = flow.ctx
     names = {flow.norm(m.name) for m in group.members}
+    used: set[str] = set()
     for m in group.members:
         cte = m.entry.cte
         if group.mutually:
@@ -264,6 +266,9 @@ def _prepare(flow: Flow, group: Group) -> None:
             raise SqlError(
                 f"{_OP}: recursive CTE `{m.name}` names {len(cnames)} columns but its non-recursive term has {len(base.cols)}"
             )
+        if len(set(base.internals)) != len(base.cols) or used & set(base.internals):
+            base = fresh_copy(ctx, base)  # the loop variable holds every member's columns apart
+        used |= set(base.internals)
         types = {f.name: f for f in schema_of(ctx, base, {})}
         m.cols = [Col(n, c.internal) for n, c in zip(cnames, base.cols)]
         m.fields = [T.StructField(c.internal, types[c.internal].dataType, True) for c in base.cols]

@@ -217,6 +217,15 @@ def renames(items: Sequence[tuple[str, Col]], rel: Rel) -> bool:
     return len(set(texts)) == len(texts) and sorted(texts) == sorted(rel.internals)
 
 
+def relabeled(ctx: Ctx, rel: Rel, items: Sequence[tuple[str, Col]], what: str = "") -> Rel:
+    """``SELECT`` ``items`` over ``rel``: when they only rename its columns, the same
+    DataFrame under the new SQL names (no step, inside a loop none per iteration); else
+    :func:`project`."""
+    if renames(items, rel):
+        return replace(rel, cols=[replace(c, internal=text) for text, c in items])
+    return project(ctx, rel, items, what=what)
+
+
 def renamed(ctx: Ctx, rel: Rel, mapping: Mapping[str, str]) -> Rel:
     """``rel`` with some internal columns renamed (``mapping``: old -> new)."""
     if not mapping:
