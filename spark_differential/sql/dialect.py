@@ -30,7 +30,8 @@ def _dialect() -> Any:
     from sqlglot.tokens import TokenType
 
     class _SparkAsof(Spark):
-        """Spark SQL plus the two as-of spellings sqlglot's Spark dialect rejects.
+        """Spark SQL plus the two as-of spellings sqlglot's Spark dialect rejects, and
+        Materialize's ``WITH MUTUALLY RECURSIVE``.
 
         sqlglot (30.x) parses ``ASOF [LEFT] JOIN ... ON ...`` (DuckDB's form) in every
         dialect, but ``MATCH_CONDITION`` only in the Snowflake dialect (whose tokenizer
@@ -55,6 +56,56 @@ def _dialect() -> Any:
                     method = self._prev  # Spark 4.3: `LEFT [OUTER] ASOF JOIN`, `INNER ASOF JOIN`
                 return method, side, kind
 
+            def _parse_with(self, skip_with_token: bool = False) -> Any:
+                index = self._index
+                if not skip_with_token and not self._match(TokenType.WITH):
+                    return None
+                if self._match_text_seq("MUTUALLY", "RECURSIVE"):
+                    return self._parse_mutually_recursive()
+                self._retreat(index)
+                return super()._parse_with(skip_with_token)
+
+            def _parse_mutually_recursive(self) -> Any:
+                """Materialize's ``WITH MUTUALLY RECURSIVE [(ERROR | RETURN AT RECURSION LIMIT n)]
+                name (col type, ...) AS (query), ...``: a ``With`` marked in its ``meta``."""
+                from sqlglot import exp as _exp
+
+                limit = None
+                if self._match(TokenType.L_PAREN):
+                    kind = "RETURN" if self._match_text_seq("RETURN") else "ERROR" if self._match_text_seq("ERROR") else ""
+                    if not kind or not self._match_text_seq("AT", "RECURSION", "LIMIT"):
+                        self.raise_error("Expected (ERROR AT RECURSION LIMIT n) or (RETURN AT RECURSION LIMIT n)")
+                    n = self._parse_number()
+                    if n is None or not str(n.this).isdigit():
+                        self.raise_error("Expected the recursion limit (a whole number)")
+                    self._match_r_paren()
+                    limit = (kind, int(n.this))
+                ctes = []
+                while True:
+                    name = self._parse_id_var(any_token=False)
+                    if name is None:
+                        self.raise_error("Expected the name of a CTE")
+                    cols = []
+                    if self._match(TokenType.L_PAREN):
+                        while True:
+                            col, typ = self._parse_id_var(any_token=False), self._parse_types()
+                            if col is None or typ is None:
+                                self.raise_error("Expected a column name and its type")
+                            cols.append(_exp.ColumnDef(this=col, kind=typ))
+                            if not self._match(TokenType.COMMA):
+                                break
+                        self._match_r_paren()
+                    if not self._match(TokenType.ALIAS):
+                        self.raise_error("Expected AS")
+                    body = self._parse_wrapped(self._parse_statement)
+                    ctes.append(_exp.CTE(this=body, alias=_exp.TableAlias(this=name, columns=cols)))
+                    if not self._match(TokenType.COMMA):
+                        break
+                with_ = _exp.With(expressions=ctes, recursive=True)
+                with_.meta["mutually"] = True
+                with_.meta["limit"] = limit
+                return with_
+
     return _SparkAsof
 
 
@@ -63,7 +114,7 @@ def _parse(query: str) -> exp.Expr | None:
     try:
         stmts = [s for s in sqlglot.parse(query, read=_dialect()) if s is not None]
     except (_errors.ParseError, _errors.TokenError) as e:
-        if _mentions_asof(query):
+        if _mentions_asof(query) or _mentions_recursion(query):
             raise SqlError(f"{_OP}: could not parse the query: {_parse_message(e)}") from None
         return None
     if len(stmts) != 1:
@@ -77,6 +128,14 @@ def _mentions_asof(query: str) -> bool:
     except _errors.SqlglotError:
         return "asof" in query.lower()
     return any(t.token_type in (_tokens.TokenType.ASOF, _tokens.TokenType.MATCH_CONDITION) for t in tokens)
+
+
+def _mentions_recursion(query: str) -> bool:
+    try:
+        tokens = _dialect()().tokenize(query)
+    except _errors.SqlglotError:
+        return "recursive" in query.lower()
+    return any(t.token_type == _tokens.TokenType.RECURSIVE or t.text.upper() == "MUTUALLY" for t in tokens)
 
 
 def _parse_message(e: Any) -> str:

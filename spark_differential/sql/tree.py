@@ -54,11 +54,10 @@ def _visible_ctes(node: exp.Expr) -> list[exp.CTE]:
         if isinstance(w, exp.With):
             ctes = list(w.expressions)
             if child is w:
-                # inside the WITH: a CTE sees the ones before it (and itself when RECURSIVE)
+                # inside the WITH: a CTE sees the ones before it (all of them when RECURSIVE)
                 inner = next((c for c in ctes if c is node or _contains(c, node)), None)
-                if inner is not None:
-                    idx = ctes.index(inner)
-                    ctes = ctes[: idx + 1] if w.args.get("recursive") else ctes[:idx]
+                if inner is not None and not w.args.get("recursive"):
+                    ctes = ctes[: ctes.index(inner)]  # WITH RECURSIVE: every CTE of the list (forward references too)
             levels.append(ctes)
         child, parent = parent, parent.parent
     seen: set[str] = set()
