@@ -154,6 +154,15 @@ def test_global_reductions_and_nulls(spark) -> None:
     assert_updates_equal(got_min, ref_min(cc, [], "x", lat).updates)
 
 
+def test_count_of_a_collection_with_no_data_columns(spark) -> None:
+    """``dd_count()`` of a collection of no data columns (only ``time``, ``diff``): how many rows
+    at every time, on the totally ordered path's SQL (which had no column to group by)."""
+    lat = Total()
+    c = Coll((), [((), t, r) for t, r in [(0, 1), (1, 2), (3, -1), (3, 1), (4, -2), (6, 5)]])
+    df = spark.createDataFrame([(t, r) for _, t, r in c.updates], "time long, diff long")
+    assert_matches(df.dd_count(), ref_count(c, [], lat))
+
+
 @pytest.mark.parametrize("name", ["int", "product2"])
 def test_null_keys_group_together(spark, name: str) -> None:
     """A null ``by`` value is a key like any other (as in groupBy), for the built-in

@@ -151,7 +151,7 @@ def _count_sum_snapshots(p: ReduceParams, Y: pa.Table) -> pa.Table:
     body = duck.render(
         "count_sum",
         X="$Y",
-        kd_cols=csv([*k, *a]),
+        kd_cols=csv([*k, *a]) if k or a else "0 AS _nodata",  # a collection of no data columns: one row
         t=csv(t),
         kd_window=window([*k, *a]),
         k_cols=csv(k) if k else "0 AS _nokey",
