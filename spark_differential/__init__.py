@@ -15,58 +15,151 @@ also a plain function taking the DataFrame first, usable with ``df.transform``.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from spark_differential import errors
-from spark_differential.core.registration import register
+from spark_differential.core.registration import Deferred, register
 from spark_differential.core.session import session
 from spark_differential.engine import call as _seam
-from spark_differential.engine.distributed import Distributed
 from spark_differential.errors import IterationLimitExceeded, LateUpdateError, SparkDifferentialError, raising, unwrap
-from spark_differential.incremental.view import IncrementalView, incremental
-from spark_differential.intask.pipeline import Pipelines
-from spark_differential.io.changes import dd_to_intervals, from_cdc, from_change_feed, from_intervals
-from spark_differential.io.tables import collection, dd_as_of, from_snapshots, from_upserts
-from spark_differential.loop.iterate import dd_iterate
-from spark_differential.operators.arrange import dd_arrange
-from spark_differential.operators.calculus import dd_asof_join, dd_delay, differentiate, integrate
-from spark_differential.operators.consolidate import dd_consolidate
-from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
-from spark_differential.operators.linear import dd_concat, dd_negate
-from spark_differential.operators.reduce import dd_count, dd_distinct, dd_max, dd_min, dd_reduce, dd_sum, dd_threshold
-from spark_differential.operators.topk import dd_top_k
-from spark_differential.sql.compile import sql
+
+if TYPE_CHECKING:
+    from spark_differential.incremental.view import IncrementalView, incremental
+    from spark_differential.io.changes import dd_to_intervals, from_cdc, from_change_feed, from_intervals
+    from spark_differential.io.tables import collection, dd_as_of, from_snapshots, from_upserts
+    from spark_differential.loop.iterate import dd_iterate
+    from spark_differential.operators.arrange import dd_arrange
+    from spark_differential.operators.calculus import dd_asof_join, dd_delay, differentiate, integrate
+    from spark_differential.operators.consolidate import dd_consolidate
+    from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
+    from spark_differential.operators.linear import dd_concat, dd_negate
+    from spark_differential.operators.reduce import (
+        dd_count,
+        dd_distinct,
+        dd_max,
+        dd_min,
+        dd_reduce,
+        dd_sum,
+        dd_threshold,
+    )
+    from spark_differential.operators.topk import dd_top_k
+    from spark_differential.sql.compile import sql
 
 __version__ = "0.1.0"
 
-# the base handlers of every stateful call, bottom first: the distributed executor, then the
-# fusing of small pipelines into one task (spark_differential.engine.call; docs/architecture.md)
-_seam.install(Distributed(), Pipelines())
+# Every public name outside this module, with the module defining it.  They load on first
+# use (PEP 562 for ``sd.<name>``; a Deferred for a DataFrame method): ``import
+# spark_differential`` costs little beyond ``import pyspark.sql`` (tests/test_import_time.py).
+_DEFINED_IN = {
+    "dd_consolidate": "spark_differential.operators.consolidate",
+    "dd_as_of": "spark_differential.io.tables",
+    "dd_negate": "spark_differential.operators.linear",
+    "dd_concat": "spark_differential.operators.linear",
+    "dd_join": "spark_differential.operators.join",
+    "dd_semijoin": "spark_differential.operators.join",
+    "dd_antijoin": "spark_differential.operators.join",
+    "dd_reduce": "spark_differential.operators.reduce",
+    "dd_count": "spark_differential.operators.reduce",
+    "dd_sum": "spark_differential.operators.reduce",
+    "dd_min": "spark_differential.operators.reduce",
+    "dd_max": "spark_differential.operators.reduce",
+    "dd_distinct": "spark_differential.operators.reduce",
+    "dd_threshold": "spark_differential.operators.reduce",
+    "dd_top_k": "spark_differential.operators.topk",
+    "dd_iterate": "spark_differential.loop.iterate",
+    "differentiate": "spark_differential.operators.calculus",
+    "integrate": "spark_differential.operators.calculus",
+    "dd_asof_join": "spark_differential.operators.calculus",
+    "dd_delay": "spark_differential.operators.calculus",
+    "dd_arrange": "spark_differential.operators.arrange",
+    "dd_to_intervals": "spark_differential.io.changes",
+    "collection": "spark_differential.io.tables",
+    "from_snapshots": "spark_differential.io.tables",
+    "from_upserts": "spark_differential.io.tables",
+    "from_change_feed": "spark_differential.io.changes",
+    "from_cdc": "spark_differential.io.changes",
+    "from_intervals": "spark_differential.io.changes",
+    "incremental": "spark_differential.incremental.view",
+    "IncrementalView": "spark_differential.incremental.view",
+    "sql": "spark_differential.sql.compile",
+}
+
+
+def _load(name: str) -> Any:
+    value = getattr(importlib.import_module(_DEFINED_IN[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEFINED_IN:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _load(name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEFINED_IN})
+
+
+def _base_handlers() -> tuple[_seam.Handler, ...]:
+    """The base handlers of every stateful call, bottom first: the distributed executor, then
+    the fusing of small pipelines into one task (spark_differential.engine.call;
+    docs/architecture.md).  Built at the first call."""
+    distributed = importlib.import_module("spark_differential.engine.distributed")
+    pipeline = importlib.import_module("spark_differential.intask.pipeline")
+    return (distributed.Distributed(), pipeline.Pipelines())
+
+
+_seam.provide(_base_handlers)
 
 METHODS = {
-    "dd_consolidate": dd_consolidate,
-    "dd_as_of": dd_as_of,
-    "dd_negate": dd_negate,
-    "dd_concat": dd_concat,
-    "dd_join": dd_join,
-    "dd_semijoin": dd_semijoin,
-    "dd_antijoin": dd_antijoin,
-    "dd_reduce": dd_reduce,
-    "dd_count": dd_count,
-    "dd_sum": dd_sum,
-    "dd_min": dd_min,
-    "dd_max": dd_max,
-    "dd_distinct": dd_distinct,
-    "dd_threshold": dd_threshold,
-    "dd_top_k": dd_top_k,
-    "dd_iterate": dd_iterate,
-    "differentiate": differentiate,
-    "integrate": integrate,
-    "dd_asof_join": dd_asof_join,
-    "dd_delay": dd_delay,
-    "dd_arrange": dd_arrange,
-    "dd_to_intervals": dd_to_intervals,
+    name: Deferred(name, functools.partial(_load, name))
+    for name in (
+        "dd_consolidate",
+        "dd_as_of",
+        "dd_negate",
+        "dd_concat",
+        "dd_join",
+        "dd_semijoin",
+        "dd_antijoin",
+        "dd_reduce",
+        "dd_count",
+        "dd_sum",
+        "dd_min",
+        "dd_max",
+        "dd_distinct",
+        "dd_threshold",
+        "dd_top_k",
+        "dd_iterate",
+        "differentiate",
+        "integrate",
+        "dd_asof_join",
+        "dd_delay",
+        "dd_arrange",
+        "dd_to_intervals",
+    )
 }
 
 register(METHODS)
+
+
+class _Package(types.ModuleType):
+    """The package module: ``sql`` and ``incremental`` are both a public function and a
+    subpackage, and the function keeps the name.  (Importing a subpackage sets it as an
+    attribute of its parent; that one assignment is refused, the subpackage stays in
+    ``sys.modules``.)"""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _DEFINED_IN and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "IncrementalView",
@@ -85,5 +178,26 @@ __all__ = [
     "session",
     "sql",
     "unwrap",
-    *METHODS,
+    "dd_consolidate",
+    "dd_as_of",
+    "dd_negate",
+    "dd_concat",
+    "dd_join",
+    "dd_semijoin",
+    "dd_antijoin",
+    "dd_reduce",
+    "dd_count",
+    "dd_sum",
+    "dd_min",
+    "dd_max",
+    "dd_distinct",
+    "dd_threshold",
+    "dd_top_k",
+    "dd_iterate",
+    "differentiate",
+    "integrate",
+    "dd_asof_join",
+    "dd_delay",
+    "dd_arrange",
+    "dd_to_intervals",
 ]

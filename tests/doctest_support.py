@@ -63,7 +63,7 @@ def registered_methods() -> dict[str, Any]:
     """The methods importing the package set on ``DataFrame`` (``sd.METHODS``), by name."""
     from pyspark.sql import DataFrame
 
-    return {name: DataFrame.__dict__[name] for name in sd.METHODS}
+    return {name: getattr(DataFrame, name) for name in sd.METHODS}  # loads a deferred method
 
 
 def collect() -> list[doctest.DocTest]:

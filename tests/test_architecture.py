@@ -46,6 +46,9 @@ def _imports(module: str) -> list[tuple[str, str, bool]]:
     """``(imported module, imported name, written inside a function)`` of every package-internal import."""
     tree = ast.parse(MODULES[module].read_text())
     top = {id(n) for n in tree.body}
+    for n in tree.body:  # ``if TYPE_CHECKING:`` imports are module-level (read by type checkers only)
+        if isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING":
+            top |= {id(i) for i in n.body}
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):

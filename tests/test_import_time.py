@@ -69,6 +69,18 @@ def test_heavy_libraries_load_on_first_use() -> None:
         assert _run(code, env) == "True True True"
 
 
+def test_operators_and_the_engine_load_at_first_use() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        env = _env(cache)
+        code = (
+            "import sys; import spark_differential as sd; from pyspark.sql import DataFrame; "
+            "loaded = lambda: sorted({m.split('.')[1] for m in sys.modules if m.startswith('spark_differential.')}); "
+            "before = loaded(); DataFrame.dd_join; sd.sql; "
+            "print(before, 'spark_differential.operators.join' in sys.modules, 'spark_differential.sql.compile' in sys.modules)"
+        )
+        assert _run(code, env) == "['core', 'engine', 'errors', 'kernels'] True True"
+
+
 def test_lazy_modules_pickle_as_the_real_module() -> None:
     from spark_differential.core.lazy import lazy
 

@@ -145,3 +145,37 @@ def test_connect_import_calling_sys_exit_does_not_end_the_process(monkeypatch) -
     from pyspark.sql import DataFrame
 
     assert DataFrame in classes
+
+
+def test_a_deferred_method_loads_its_module_at_first_lookup() -> None:
+    """``import spark_differential`` registers methods without importing their modules; the
+    first lookup loads the function and leaves the ordinary method on the class."""
+    name = "dd_sd_test_deferred"
+    loads: list[int] = []
+
+    def load() -> object:
+        loads.append(1)
+        return _fake
+
+    try:
+        registration.register({name: registration.Deferred(name, load)})
+        assert isinstance(DataFrame.__dict__[name], registration.Deferred) and not loads
+        method = getattr(DataFrame, name)
+        assert method.__wrapped__ is _fake and loads == [1]
+        assert DataFrame.__dict__[name] is method  # the descriptor replaced itself
+        getattr(DataFrame, name)
+        assert loads == [1]
+        registration.register({name: registration.Deferred(name, load)})  # registered again: kept
+        assert DataFrame.__dict__[name] is method
+    finally:
+        registration.unregister([name])
+
+
+def test_every_public_name_is_the_function_of_its_module() -> None:
+    import importlib
+
+    for name, module in sd._DEFINED_IN.items():
+        assert getattr(sd, name) is getattr(importlib.import_module(module), name), name
+    for name in sd.METHODS:
+        assert getattr(DataFrame, name).__wrapped__ is getattr(sd, name), name
+    assert callable(sd.sql) and callable(sd.incremental)  # not the subpackages of those names

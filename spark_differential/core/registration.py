@@ -5,6 +5,10 @@ of SPEC section 3 on the DataFrame base class shared by classic and Spark Connec
 DataFrames.  It refuses to replace an attribute that DataFrame (or one of its
 subclasses) already has, so a future PySpark method of the same name is never
 silently shadowed.
+
+A method may be given as a :class:`Deferred`: its operator module is imported at the
+method's first lookup (``import spark_differential`` stays cheap), after which the class
+holds the ordinary method.
 """
 
 from __future__ import annotations
@@ -69,10 +73,32 @@ def _as_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-_REGISTERED: dict[str, Callable[..., Any]] = {}  # every method registered so far, by name
+class Deferred:
+    """A method registered before its function is imported.
+
+    ``load`` imports and returns the function.  The first lookup of the method (on a
+    DataFrame or its class) replaces this descriptor by the method itself, so from then on
+    ``__doc__``, ``__wrapped__`` and the signature are the function's."""
+
+    def __init__(self, name: str, load: Callable[[], Callable[..., Any]]) -> None:
+        self.name = name
+        self.load = load
+        setattr(self, _MARK, True)
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        method = _as_method(self.load())
+        holder = next(c for c in (owner or type(obj)).__mro__ if c.__dict__.get(self.name) is self)
+        setattr(holder, self.name, method)
+        return method if obj is None else method.__get__(obj, owner)
+
+    def __repr__(self) -> str:
+        return f"<DataFrame.{self.name}, loaded on first use>"
 
 
-def register(methods: dict[str, Callable[..., Any]], connect: bool = False) -> None:
+_REGISTERED: dict[str, Callable[..., Any] | Deferred] = {}  # every method registered so far, by name
+
+
+def register(methods: dict[str, Callable[..., Any] | Deferred], connect: bool = False) -> None:
     """Set ``methods`` on ``pyspark.sql.DataFrame``; refuse to shadow foreign attributes
     (of Spark Connect's DataFrame too when it is loaded, or ``connect``)."""
     _REGISTERED.update(methods)
@@ -87,7 +113,10 @@ def register(methods: dict[str, Callable[..., Any]], connect: bool = False) -> N
                     "defines it. Use the plain function instead (spark_differential."
                     f"{name}(df, ...) or df.transform(spark_differential.{name}, ...))."
                 )
-        setattr(base, name, _as_method(fn))
+        current = base.__dict__.get(name)
+        if isinstance(fn, Deferred) and getattr(current, _MARK, False):
+            continue  # registered already (and perhaps loaded): keep it
+        setattr(base, name, fn if isinstance(fn, Deferred) else _as_method(fn))
 
 
 def register_again(connect: bool = False) -> None:

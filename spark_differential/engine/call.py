@@ -22,8 +22,8 @@ the in-task recorder  not at all: it is recorded as a step of a program one   ``
                       task will run                                           runs), a view's loop
 ====================  ======================================================  ===========================
 
-The stack is one :class:`~contextvars.ContextVar`: the base handlers (installed once,
-by :mod:`spark_differential`, bottom first) and, above them, those pushed with
+The stack is one :class:`~contextvars.ContextVar`: the base handlers (built at the first call,
+from what :mod:`spark_differential` gave :func:`provide`; bottom first) and, above them, those pushed with
 :func:`handling` for the extent of what they own (a loop's body, a view's query).
 :func:`execute` hands a call to the innermost handler; each either runs it or hands it
 to the one below (``below(call)``), so a handler sees only calls the handlers above it
@@ -39,6 +39,7 @@ parameters describing its state, see :mod:`spark_differential.kernels.common`) a
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -160,19 +161,32 @@ class Handler:
 
 
 _STACK: ContextVar[tuple[Handler, ...] | None] = ContextVar("spark_differential_handlers", default=None)
-_BASE: tuple[Handler, ...] = ()
+_BASE: tuple[Handler, ...] | None = None
+_PROVIDER: Callable[[], tuple[Handler, ...]] | None = None
+_BASE_LOCK = threading.Lock()
 
 
-def install(*base: Handler) -> None:
-    """Set the base handlers, bottom first (done once by :mod:`spark_differential`)."""
+def provide(factory: Callable[[], tuple[Handler, ...]]) -> None:
+    """Have ``factory`` build the base handlers (bottom first) when the first call needs
+    them: :mod:`spark_differential` registers it on import, so the engine's modules load on
+    first use."""
+    global _BASE, _PROVIDER
+    _BASE, _PROVIDER = None, factory
+
+
+def _base() -> tuple[Handler, ...]:
     global _BASE
-    _BASE = tuple(base)
+    if _BASE is None:
+        with _BASE_LOCK:
+            if _BASE is None:
+                _BASE = _PROVIDER() if _PROVIDER is not None else ()
+    return _BASE
 
 
 def handlers() -> tuple[Handler, ...]:
     """The stack, bottom first: the base handlers, then those pushed."""
     pushed = _STACK.get()
-    return _BASE + (pushed or ())
+    return _base() + (pushed or ())
 
 
 @contextlib.contextmanager
@@ -203,7 +217,7 @@ def _dispatch(kind: str, call: Any, bottom: Below) -> DataFrame:
 
 
 def _unhandled(call: StatefulCall) -> DataFrame:
-    raise RuntimeError(f"{call.op}: no handler ran this call (spark_differential installs its base handlers on import)")
+    raise RuntimeError(f"{call.op}: no handler ran this call (importing spark_differential provides its base handlers)")
 
 
 def execute(call: StatefulCall) -> DataFrame:
