@@ -31,6 +31,7 @@ from spark_differential.operators.calculus import dd_asof_join, dd_delay, differ
 from spark_differential.operators.consolidate import dd_consolidate
 from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
 from spark_differential.operators.linear import dd_concat, dd_negate
+from spark_differential.operators.merge_asof import dd_merge_asof
 from spark_differential.operators.reduce import dd_count, dd_distinct, dd_max, dd_min, dd_reduce, dd_sum, dd_threshold
 from spark_differential.operators.topk import dd_top_k
 from spark_differential.sql.compile import sql
@@ -61,6 +62,7 @@ METHODS = {
     "differentiate": differentiate,
     "integrate": integrate,
     "dd_asof_join": dd_asof_join,
+    "dd_merge_asof": dd_merge_asof,
     "dd_delay": dd_delay,
     "dd_arrange": dd_arrange,
     "dd_to_intervals": dd_to_intervals,

@@ -1,0 +1,28 @@
+"""Plain-table as-of joins run in one stage: ``dd_merge_asof`` of two DataFrames without ``time``/``diff``.
+
+On ``(data, time, diff)``: a plain table is one snapshot (every row once, at one time),
+and the join of two snapshots is a plain table again; nothing here is differential.
+Both tables, in kernel form, are placed by ``by`` key and joined by the kernel once per
+partition (:func:`spark_differential.kernels.asof_merge.merge_asof`, its one-snapshot
+path), which names the output columns itself.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from spark_differential.engine.distributed import run_pair_sql
+from spark_differential.kernels import asof_merge as kmerge
+
+
+def run_static(plan: Any, sides: Sequence[tuple[DataFrame, Sequence[str], Sequence[str]]], schema: T.StructType,
+               left: DataFrame, lon: str) -> DataFrame:
+    """The joined rows of two plain tables (``sides``: each in kernel form as SQL items)."""
+    p = plan.params
+    kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in plan.out_columns], schema.names)
+    return run_pair_sql(kernel, p, sides, p.nkeys, schema)
