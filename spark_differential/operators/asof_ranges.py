@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -20,9 +19,9 @@ from spark_differential.engine.distributed import run_pair_sql
 from spark_differential.kernels import asof_merge as kmerge
 
 
-def run_static(plan: Any, sides: Sequence[tuple[DataFrame, Sequence[str], Sequence[str]]], schema: T.StructType,
-               left: DataFrame, lon: str) -> DataFrame:
-    """The joined rows of two plain tables (``sides``: each in kernel form as SQL items)."""
-    p = plan.params
-    kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in plan.out_columns], schema.names)
+def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]], schema: T.StructType,
+               sides: Sequence[tuple[DataFrame, Sequence[str], Sequence[str]]]) -> DataFrame:
+    """The joined rows of two plain tables (``sides``: each in kernel form as SQL items, its
+    kernel column names), as ``schema`` (the output names of ``out_columns``)."""
+    kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in out_columns], schema.names)
     return run_pair_sql(kernel, p, sides, p.nkeys, schema)

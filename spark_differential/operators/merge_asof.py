@@ -414,6 +414,41 @@ def dd_merge_asof(
     return execute(call)
 
 
+@dataclass
+class StaticSide:
+    """One plain table in the kernel's form, as SQL items over its columns: the keys (the
+    kernel's ``_k*``), the match value (``_a0``/``_b0``) and the other data columns, each
+    with its Spark type."""
+
+    df: DataFrame
+    keys: list[tuple[str, T.DataType]]
+    on: tuple[str, T.DataType]
+    data: list[tuple[str, T.DataType]]
+
+
+def static_join(left: StaticSide, right: StaticSide, rule: asof_match.Rule, nulls_equal: bool,
+                out_columns: Sequence[tuple[str, str]], right_keys: tuple[int, ...] = (),
+                coalesce_on: bool = False) -> DataFrame:
+    """The as-of join of two plain tables given as :class:`StaticSide` s: one stage, plain rows
+    named ``out_columns`` (kernel column, output name)."""
+    nk = len(left.keys)
+    params = kmerge.MergeAsofParams(nk, 1 + len(left.data), 1 + len(right.data), Total("long"), rule, nulls_equal,
+                                    right_keys if rule.how not in ("semi", "anti") else (), coalesce_on, True)
+    types: dict[str, T.DataType] = {}
+    for prefix, side in (("_a", left), ("_b", right)):
+        for n, (_, t) in zip(names(prefix, 1 + len(side.data)), [side.on, *side.data]):
+            types[n] = t
+    for i, (_, t) in enumerate(left.keys):
+        types[keys(nk)[i]] = t
+        types[f"_kr{i}"] = right.keys[i][1]
+    schema = T.StructType([T.StructField(user, types[internal], True) for internal, user in out_columns])
+    sides = []
+    for prefix, side in (("_a", left), ("_b", right)):
+        items = [item for item, _ in [*side.keys, side.on, *side.data]] + ["CAST(0 AS BIGINT)", "CAST(1 AS BIGINT)", "true"]
+        sides.append((side.df, items, [*keys(nk), *names(prefix, 1 + len(side.data)), *times(1), D, NEW]))
+    return asof_ranges.run_static(params, list(out_columns), schema, sides)
+
+
 def _static(left: DataFrame, right: DataFrame, lon: str, ron: str, lby: list[str], rby: list[str], tolerance: Any,
             direction: str, exact: bool, how: str, suffixes: Sequence[str | None], nulls_equal: bool) -> DataFrame:
     """Two plain tables: one stage, the kernel per partition, plain rows out."""
@@ -423,19 +458,15 @@ def _static(left: DataFrame, right: DataFrame, lon: str, ron: str, lby: list[str
         if dup:
             raise SchemaMismatchError(f"{OP}: the {side} input has duplicate column names {dup}; rename them first")
     p = plan(a, b, lon, ron, lby, rby, tolerance, direction, exact, how, suffixes, nulls_equal, Total("long"), True)
-    fields = {f.name: f.dataType for f in _fields(p, a, b)}
-    schema = T.StructType([T.StructField(user, fields[internal], True) for internal, user in p.out_columns])
     sides = []
-    for df, by_, casts, data, prefix, match in ((left, lby, p.key_casts_l, p.left_data, "_a", lon),
-                                                (right, rby, p.key_casts_r, p.right_data, "_b", ron)):
-        items = [_cast(quoted(k), casts.get(k)) for k in by_]
-        items += [_cast(quoted(c), p.on_type if c == match else None) for c in data]
-        items += ["CAST(0 AS BIGINT)", "CAST(1 AS BIGINT)", "true"]
-        labels = [*keys(len(by_)), *names(prefix, len(data)), *times(1), D, NEW]
-        sides.append((df, items, labels))
-    return asof_ranges.run_static(p, sides, schema, left, lon)
+    for df, cs, by_, casts, data in ((left, a, lby, p.key_casts_l, p.left_data), (right, b, rby, p.key_casts_r,
+                                                                                 p.right_data)):
+        key_items = [(_cast(quoted(k), casts.get(k)), casts.get(k, cs.field(k).dataType)) for k in by_]
+        on = (_cast(quoted(data[0]), p.on_type if cs.field(data[0]).dataType != p.on_type else None), p.on_type)
+        sides.append(StaticSide(df, key_items, on, [(quoted(c), cs.field(c).dataType) for c in data[1:]]))
+    return static_join(sides[0], sides[1], p.params.rule, nulls_equal, p.out_columns, p.params.right_keys,
+                       p.params.coalesce_on)
 
 
 def _cast(item: str, t: T.DataType | None) -> str:
     return item if t is None else f"CAST({item} AS {t.simpleString()})"
-
