@@ -193,3 +193,39 @@ def test_collections_in_an_incremental_view(spark, tmp_path) -> None:
     got = run_view(spark, str(tmp_path / "view"), query, inputs, steps, lat)
     want = expected(lambda c: ref_merge_asof(c["a"], c["b"], _spec(option), lat, cols, row), inputs, steps[-1][0], lat)
     assert_updates_equal(consolidate(got), want)
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o[3] not in ("right", "full")] +
+                         [("backward", True, None, "full", False, True)], ids=lambda o: f"{o[0]}-{o[3]}")
+def test_plain_tables_split_into_ranges(spark, option: tuple) -> None:
+    """A key's timeline cut into ranges of the match value (each range carrying the right rows
+    next to it): the same rows as the oracle, keyed and key-less."""
+    a, b = _cases(70 + OPTIONS.index(option) if option in OPTIONS else 99, Total(), 10, static=True)
+    cols, row = _shape(option)
+    left, right = _table(spark, a), _table(spark, b)
+    want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
+                    Counter(d for d, _, r in b.updates for _ in range(r)), row)
+    direction, exact, tol, how, nulls_equal, shared = option
+    kw: dict[str, Any] = {"on": "t"} if shared else {"left_on": "x", "right_on": "v"}
+    if not shared:
+        left, right = left.withColumnRenamed("t", "x"), right.withColumnRenamed("t", "v")
+    out = left.dd_merge_asof(right, by=["case", "k"], tolerance=tol, direction=direction, allow_exact_matches=exact,
+                             how=how, nulls_equal=nulls_equal, ranges=3, **kw)
+    assert Counter(tuple(r) for r in out.collect()) == +want
+    # key-less: the case column as a data column of each side, one key left (the case)
+    lk = left.drop("k")
+    rk = right.drop("k").withColumnRenamed("case", "rcase")
+    out = lk.dd_merge_asof(rk, tolerance=tol, direction=direction, allow_exact_matches=exact, how=how,
+                           ranges=4 if option != OPTIONS[0] else None, **kw)
+    spec = Spec((), (), 1, 1, (0, 2), direction, exact, tol, how, nulls_equal)
+    if how in ("semi", "anti"):
+        shape = lambda lr, rr: tuple(lr)  # noqa: E731
+    else:
+        def shape(lr: tuple | None, rr: tuple | None) -> tuple:
+            if shared:
+                return (*(lr if lr else (None, rr[1], None)), *((rr[0], rr[2]) if rr else (None, None)))
+            return (*(lr if lr else (None, None, None)), *(rr if rr else (None, None, None)))
+    lrows = Counter((c, t, u) for (c, _, t, u), _, r in a.updates for _ in range(r))
+    rrows = Counter((c, t, w) for (c, _, t, w), _, r in b.updates for _ in range(r))
+    want = snapshot(spec, lrows, rrows, shape)
+    assert Counter(tuple(r) for r in out.collect()) == +want

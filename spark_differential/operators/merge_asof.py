@@ -49,7 +49,7 @@ from spark_differential.engine.kernel_form import Input, entry_time, key_casts
 from spark_differential.errors import OptionError, SchemaMismatchError
 from spark_differential.kernels import asof_match
 from spark_differential.kernels import asof_merge as kmerge
-from spark_differential.kernels.common import NEW, D, keys, names, times
+from spark_differential.kernels.common import keys, names
 from spark_differential.operators import asof_ranges
 
 OP = "dd_merge_asof"
@@ -260,6 +260,7 @@ def dd_merge_asof(
     right_by: str | Sequence[str] | None = None,
     suffixes: Sequence[str | None] = ("_x", "_y"),
     nulls_equal: bool = False,
+    ranges: int | None = None,
 ) -> DataFrame:
     """As-of join, as pandas ``merge_asof``: each left row picks at most one right row
     with equal ``by`` keys, by the match column ``on``.
@@ -381,6 +382,8 @@ def dd_merge_asof(
     <BLANKLINE>
     """
     _check_options(direction, allow_exact_matches, how, suffixes, nulls_equal)
+    if ranges is not None and (isinstance(ranges, bool) or not isinstance(ranges, int) or ranges < 1):
+        raise OptionError(f"{OP}: ranges must be a positive int or None, got {ranges!r}")
     lon, ron, lby, rby = _sides(on, left_on, right_on, by, left_by, right_by)
     for side, df in (("left", left), ("right", right)):
         if not isinstance(df, DataFrame):
@@ -393,7 +396,7 @@ def dd_merge_asof(
             "table; make both collections (sd.collection(df, time=...)) or join two plain tables")
     if not kinds[0]:
         return _static(left, right, lon, ron, lby, rby, tolerance, direction, allow_exact_matches, how, suffixes,
-                       nulls_equal)
+                       nulls_equal, ranges)
     a = inspect(left, op=OP, side="left input")
     b = inspect(right, op=OP, side="right input")
     _, kernel_t, entries = unify(OP, [a, b], ["left input", "right input"])
@@ -428,9 +431,11 @@ class StaticSide:
 
 def static_join(left: StaticSide, right: StaticSide, rule: asof_match.Rule, nulls_equal: bool,
                 out_columns: Sequence[tuple[str, str]], right_keys: tuple[int, ...] = (),
-                coalesce_on: bool = False) -> DataFrame:
+                coalesce_on: bool = False, ranges: int | None = 1) -> DataFrame:
     """The as-of join of two plain tables given as :class:`StaticSide` s: one stage, plain rows
-    named ``out_columns`` (kernel column, output name)."""
+    named ``out_columns`` (kernel column, output name); ``ranges``: cut every key into this many
+    ranges of the match value (None: as many as the left's row count asks for, see
+    :mod:`~spark_differential.operators.asof_ranges`; 1: not cut)."""
     nk = len(left.keys)
     params = kmerge.MergeAsofParams(nk, 1 + len(left.data), 1 + len(right.data), Total("long"), rule, nulls_equal,
                                     right_keys if rule.how not in ("semi", "anti") else (), coalesce_on, True)
@@ -444,13 +449,17 @@ def static_join(left: StaticSide, right: StaticSide, rule: asof_match.Rule, null
     schema = T.StructType([T.StructField(user, types[internal], True) for internal, user in out_columns])
     sides = []
     for prefix, side in (("_a", left), ("_b", right)):
-        items = [item for item, _ in [*side.keys, side.on, *side.data]] + ["CAST(0 AS BIGINT)", "CAST(1 AS BIGINT)", "true"]
-        sides.append((side.df, items, [*keys(nk), *names(prefix, 1 + len(side.data)), *times(1), D, NEW]))
-    return asof_ranges.run_static(params, list(out_columns), schema, sides)
+        # plain rows: no time, diff or new flag to ship (the kernel takes one time, diff 1, all new)
+        items = [item for item, _ in [*side.keys, side.on, *side.data]]
+        sides.append((side.df, items, [*keys(nk), *names(prefix, 1 + len(side.data))]))
+    split = asof_ranges.Split(left.on[1], ranges)
+    return asof_ranges.run_static(params, list(out_columns), schema, sides, split,
+                                  [right.on[1], *[t for _, t in right.data]])
 
 
 def _static(left: DataFrame, right: DataFrame, lon: str, ron: str, lby: list[str], rby: list[str], tolerance: Any,
-            direction: str, exact: bool, how: str, suffixes: Sequence[str | None], nulls_equal: bool) -> DataFrame:
+            direction: str, exact: bool, how: str, suffixes: Sequence[str | None], nulls_equal: bool,
+            ranges: int | None) -> DataFrame:
     """Two plain tables: one stage, the kernel per partition, plain rows out."""
     a, b = _static_schema(left), _static_schema(right)
     for side, cs in (("left", a), ("right", b)):
@@ -465,7 +474,7 @@ def _static(left: DataFrame, right: DataFrame, lon: str, ron: str, lby: list[str
         on = (_cast(quoted(data[0]), p.on_type if cs.field(data[0]).dataType != p.on_type else None), p.on_type)
         sides.append(StaticSide(df, key_items, on, [(quoted(c), cs.field(c).dataType) for c in data[1:]]))
     return static_join(sides[0], sides[1], p.params.rule, nulls_equal, p.out_columns, p.params.right_keys,
-                       p.params.coalesce_on)
+                       p.params.coalesce_on, ranges if ranges is not None or not lby else 1)
 
 
 def _cast(item: str, t: T.DataType | None) -> str:

@@ -340,7 +340,9 @@ def _asof_frame(left: _Side, right: _Side, spec: _Spec, r_view: dict[str, str]) 
     out = [(f"_a{i + 1}", n) for i, n in enumerate(lnames)]
     if spec.how not in ("semi", "anti"):
         out += [(f"_b{j + 1}", r_view[n]) for j, n in enumerate(rnames)]
-    return static_join(sides[0], sides[1], Rule(spec.direction, spec.exact, None, spec.how), nulls_equal, out)
+    # without keys of the user's the join is cut into ranges of the time (operators.asof_ranges)
+    return static_join(sides[0], sides[1], Rule(spec.direction, spec.exact, None, spec.how), nulls_equal, out,
+                       ranges=None if not spec.keys else 1)
 
 
 def _rel_alias(rel: exp.Expr, which: str) -> str:
