@@ -307,3 +307,14 @@ def test_forward_and_full_match_dd_merge_asof(spark) -> None:
     assert Counter(tuple(r) for r in got.collect()) == Counter(tuple(r) for r in want.collect())
     assert Counter(tuple(r) for r in got.collect()) == Counter([(1, 10), (2, 11), (3, None), (4, None), (None, 12),
                                                                 (None, 20)])
+
+
+def test_sql_md_examples(spark) -> None:
+    """docs/sql.md: every ``>>>`` example runs and prints what the page shows."""
+    import doctest
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "sql.md")
+    result = doctest.testfile(path, module_relative=False, globs={"spark": spark, "sd": sd},
+                              optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 20, result

@@ -293,6 +293,12 @@ def dd_merge_asof(
     at every time is the as-of join of the inputs' snapshots (rows with a positive
     multiplicity; a row present ``m`` times is ``m`` rows), updated where the inputs change.
 
+    ``ranges`` (plain tables): cut each key's timeline into this many ranges of ``on``,
+    one task each, every range also getting the right rows next to it that its left rows
+    may pick; the default cuts key-less joins by their size (about 10^6 left rows a
+    range) and nothing else; 1 never cuts.  Give it for a few huge keys.  Right and full
+    joins, and string, binary or boolean ``on`` columns, are not cut.
+
     >>> import spark_differential as sd
     >>> spark = sd.session()
     >>> trades = spark.createDataFrame(
@@ -356,6 +362,11 @@ def dd_merge_asof(
     |2024-01-01 09:00:05|  a|2024-01-01 09:00:00| 1.5|
     +-------------------+---+-------------------+----+
     <BLANKLINE>
+
+    A key-less join cut into ranges (here forced: ``ranges=2``), the same rows:
+
+    >>> trades.dd_merge_asof(quotes.drop("ticker"), on="ms", ranges=2, suffixes=("", "_q")).count()
+    4
 
     Null keys matched null-safely:
 
