@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from asof_oracle import Spec, snapshot
+from asof_support import assert_all
 
 import spark_differential as sd
 
@@ -195,24 +196,23 @@ SPARK = [
 ]
 
 
-def _run(spark: Any, case: Case) -> None:
+def _out(spark: Any, case: Case) -> Any:
     left = spark.createDataFrame(case.left[1], case.left[0])
     right = spark.createDataFrame(case.right[1], case.right[0])
     out = left.dd_merge_asof(right, **case.kwargs)
     if case.columns:
-        assert out.columns == case.columns
-    got = Counter(tuple(r) for r in out.collect())
-    assert got == Counter(case.expected), f"{case.name}: {sorted(got.items(), key=repr)}"
+        assert out.columns == case.columns, case.name
+    return out
 
 
-@pytest.mark.parametrize("case", PANDAS, ids=[c.name for c in PANDAS])
-def test_pandas_suite_cases(spark, case: Case) -> None:
-    _run(spark, case)
+def test_pandas_suite_cases(spark) -> None:
+    """The pandas cases, all checked by one Spark job."""
+    assert_all(spark, [(c.name, _out(spark, c), c.expected) for c in PANDAS])
 
 
-@pytest.mark.parametrize("case", SPARK, ids=[c.name for c in SPARK])
-def test_spark_suite_cases(spark, case: Case) -> None:
-    _run(spark, case)
+def test_spark_suite_cases(spark) -> None:
+    """The Spark cases, all checked by one Spark job."""
+    assert_all(spark, [(c.name, _out(spark, c), c.expected) for c in SPARK])
 
 
 # the match-column types: (Spark type, a value per small int, tolerance of 1 in that type's terms)
@@ -228,28 +228,32 @@ TYPES = [
 ]
 
 
-@pytest.mark.parametrize("typ", TYPES, ids=[t[0] for t in TYPES])
-def test_match_column_types_against_brute_force(spark, typ: tuple) -> None:
-    name, value, tol = typ
-    rng = random.Random(len(name))
-    left = [(rng.randrange(3), None if rng.random() < 0.1 else rng.randrange(6), i) for i in range(30)]
-    right = [(rng.randrange(3), None if rng.random() < 0.1 else rng.randrange(6), rng.randrange(4)) for _ in range(25)]
-    conv = lambda rows: [(k, None if t is None else value(t), x) for k, t, x in rows]  # noqa: E731
-    ldf = spark.createDataFrame(conv(left), f"k long, t {name}, u long")
-    rdf = spark.createDataFrame(conv(right), f"k long, t {name}, w long")
-    direction = "forward" if name in ("string", "date") else "nearest"
-    kw = {"on": "t", "by": "k", "direction": direction, "how": "full", "tolerance": None if name == "string" else tol}
-    out = ldf.dd_merge_asof(rdf, **kw)
-    spec = Spec((0,), (0,), 1, 1, (2,), direction, True, None if tol is None else 1, "full")
+def test_match_column_types_against_brute_force(spark) -> None:
+    checks = []
+    for name, value, tol in TYPES:
+        rng = random.Random(len(name))
+        left = [(rng.randrange(3), None if rng.random() < 0.1 else rng.randrange(6), i) for i in range(30)]
+        right = [(rng.randrange(3), None if rng.random() < 0.1 else rng.randrange(6), rng.randrange(4))
+                 for _ in range(25)]
 
-    def row(lr: tuple | None, rr: tuple | None) -> tuple:
-        key = lr[0] if lr is not None else rr[0]
-        t = lr[1] if lr is not None else rr[1]
-        return (key, None if t is None else value(t), lr[2] if lr else None, rr[2] if rr else None)
+        def conv(rows: list[tuple], value: Any = value) -> list[tuple]:
+            return [(k, None if t is None else value(t), x) for k, t, x in rows]
 
-    want = snapshot(spec, Counter(left), Counter(right), row)
-    got = Counter(tuple(r) for r in out.collect())
-    assert got == want
+        ldf = spark.createDataFrame(conv(left), f"k long, t {name}, u long")
+        rdf = spark.createDataFrame(conv(right), f"k long, t {name}, w long")
+        direction = "forward" if name in ("string", "date") else "nearest"
+        out = ldf.dd_merge_asof(rdf, on="t", by="k", direction=direction, how="full",
+                                tolerance=None if name == "string" else tol)
+        spec = Spec((0,), (0,), 1, 1, (2,), direction, True, None if tol is None else 1, "full")
+
+        def row(lr: tuple | None, rr: tuple | None, value: Any = value) -> tuple:
+            key = lr[0] if lr is not None else rr[0]
+            t = lr[1] if lr is not None else rr[1]
+            return (key, None if t is None else value(t), lr[2] if lr else None, rr[2] if rr else None)
+
+        want = snapshot(spec, Counter(left), Counter(right), row)
+        checks.append((name, out, list(want.elements())))
+    assert_all(spark, checks)
 
 
 def test_mixed_match_column_types(spark) -> None:

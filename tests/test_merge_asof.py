@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from asof_oracle import Spec, ref_merge_asof, snapshot
+from asof_support import assert_all
 from helpers import assert_matches, to_df
 from oracle import Coll, Product, Total, assert_updates_equal, consolidate, random_coll, ref_distinct, ref_iterate
 from pyspark.sql import types as T
@@ -97,15 +98,18 @@ def _table(spark: Any, c: Coll) -> Any:
     return spark.createDataFrame(rows, schema)
 
 
-@pytest.mark.parametrize("option", OPTIONS, ids=[f"{o[0]}-{o[3]}" for o in OPTIONS])
-def test_plain_tables_against_brute_force(spark, option: tuple) -> None:
-    a, b = _cases(11 + OPTIONS.index(option), Total(), 12, static=True)
-    cols, row = _shape(option)
-    out = _call(_table(spark, a), _table(spark, b), option)
-    assert out.columns == cols and "time" not in out.columns
-    want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
-                    Counter(d for d, _, r in b.updates for _ in range(r)), row)
-    assert Counter(tuple(r) for r in out.collect()) == +want
+def test_plain_tables_against_brute_force(spark) -> None:
+    """Every option of OPTIONS on random plain tables, checked by one Spark job."""
+    checks = []
+    for i, option in enumerate(OPTIONS):
+        a, b = _cases(11 + i, Total(), 12, static=True)
+        cols, row = _shape(option)
+        out = _call(_table(spark, a), _table(spark, b), option)
+        assert out.columns == cols and "time" not in out.columns
+        want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
+                        Counter(d for d, _, r in b.updates for _ in range(r)), row)
+        checks.append((f"{option}", out, list(want.elements())))
+    assert_all(spark, checks)
 
 
 def _pandas_rows(df: pd.DataFrame) -> Counter:
@@ -117,32 +121,40 @@ def _pandas_rows(df: pd.DataFrame) -> Counter:
     return Counter(tuple(clean(v) for v in r) for r in df.itertuples(index=False))
 
 
-@pytest.mark.parametrize("direction", ["backward", "forward", "nearest"])
-def test_plain_tables_against_pandas(spark, direction: str) -> None:
+def test_plain_tables_against_pandas(spark) -> None:
     """pandas ``merge_asof`` as a second oracle: a right table sorted by (on, other columns)
-    makes pandas' last/first of tied rows ours."""
-    a, b = _cases(40 + len(direction), Total(), 10, static=True, nulls=False)
-    left, right = _table(spark, a), _table(spark, b)
-    pl = pd.DataFrame([d for d, _, r in a.updates for _ in range(r)], columns=list(a.cols)).sort_values("t", kind="stable")
-    pr = pd.DataFrame([d for d, _, r in b.updates for _ in range(r)], columns=list(b.cols)).sort_values(["t", "w"])
-    for exact, tol in ((True, None), (False, 1)):
-        ours = left.dd_merge_asof(right, on="t", by=["case", "k"], tolerance=tol, direction=direction,
-                                  allow_exact_matches=exact)
-        theirs = pd.merge_asof(pl, pr, on="t", by=["case", "k"], tolerance=tol, direction=direction,
-                               allow_exact_matches=exact)
-        assert Counter(tuple(r) for r in ours.collect()) == _pandas_rows(theirs), (exact, tol)
+    makes pandas' last/first of tied rows ours.  Every direction, exact or not, tolerance or not."""
+    checks = []
+    for direction in ("backward", "forward", "nearest"):
+        a, b = _cases(40 + len(direction), Total(), 10, static=True, nulls=False)
+        left, right = _table(spark, a), _table(spark, b)
+        pl = pd.DataFrame([d for d, _, r in a.updates for _ in range(r)], columns=list(a.cols)).sort_values(
+            "t", kind="stable")
+        pr = pd.DataFrame([d for d, _, r in b.updates for _ in range(r)], columns=list(b.cols)).sort_values(["t", "w"])
+        for exact, tol in ((True, None), (False, 1)):
+            ours = left.dd_merge_asof(right, on="t", by=["case", "k"], tolerance=tol, direction=direction,
+                                      allow_exact_matches=exact)
+            theirs = pd.merge_asof(pl, pr, on="t", by=["case", "k"], tolerance=tol, direction=direction,
+                                   allow_exact_matches=exact)
+            checks.append((f"{direction} {exact} {tol}", ours, list(_pandas_rows(theirs).elements())))
+    assert_all(spark, checks)
 
 
 @pytest.mark.parametrize("name", list(LATTICES))
 def test_collections_against_brute_force(spark, name: str) -> None:
-    """Every option on collections: the snapshot at every time is the join of the snapshots."""
+    """Every option on collections: the snapshot at every time is the join of the snapshots
+    (one Spark job per time type)."""
     lat = LATTICES[name]
     a, b = _cases(7 + len(name), lat, 8, static=False)
     left, right = to_df(spark, a, lat), to_df(spark, b, lat)
+    checks = []
     for option in OPTIONS if name == "int" else OPTIONS[::2]:
         cols, row = _shape(option)
         want = ref_merge_asof(a, b, _spec(option), lat, cols, row)
-        assert_matches(_call(left, right, option), want)
+        out = _call(left, right, option)
+        assert [c for c in out.columns if c not in ("time", "diff")] == cols
+        checks.append((f"{option}", out, [(*d, t, r) for d, t, r in want.updates]))
+    assert_all(spark, checks)
 
 
 def test_collections_on_every_handler(spark, caplog) -> None:
@@ -195,37 +207,39 @@ def test_collections_in_an_incremental_view(spark, tmp_path) -> None:
     assert_updates_equal(consolidate(got), want)
 
 
-@pytest.mark.parametrize("option", [o for o in OPTIONS if o[3] not in ("right", "full")] +
-                         [("backward", True, None, "full", False, True)], ids=lambda o: f"{o[0]}-{o[3]}")
-def test_plain_tables_split_into_ranges(spark, option: tuple) -> None:
+def test_plain_tables_split_into_ranges(spark) -> None:
     """A key's timeline cut into ranges of the match value (each range carrying the right rows
-    next to it): the same rows as the oracle, keyed and key-less."""
-    a, b = _cases(70 + OPTIONS.index(option) if option in OPTIONS else 99, Total(), 10, static=True)
-    cols, row = _shape(option)
-    left, right = _table(spark, a), _table(spark, b)
-    want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
-                    Counter(d for d, _, r in b.updates for _ in range(r)), row)
-    direction, exact, tol, how, nulls_equal, shared = option
-    kw: dict[str, Any] = {"on": "t"} if shared else {"left_on": "x", "right_on": "v"}
-    if not shared:
-        left, right = left.withColumnRenamed("t", "x"), right.withColumnRenamed("t", "v")
-    out = left.dd_merge_asof(right, by=["case", "k"], tolerance=tol, direction=direction, allow_exact_matches=exact,
-                             how=how, nulls_equal=nulls_equal, ranges=3, **kw)
-    assert Counter(tuple(r) for r in out.collect()) == +want
-    # key-less: the case column as a data column of each side, one key left (the case)
-    lk = left.drop("k")
-    rk = right.drop("k").withColumnRenamed("case", "rcase")
-    out = lk.dd_merge_asof(rk, tolerance=tol, direction=direction, allow_exact_matches=exact, how=how,
-                           ranges=4 if option != OPTIONS[0] else None, **kw)
-    spec = Spec((), (), 1, 1, (0, 2), direction, exact, tol, how, nulls_equal)
-    if how in ("semi", "anti"):
-        shape = lambda lr, rr: tuple(lr)  # noqa: E731
-    else:
-        def shape(lr: tuple | None, rr: tuple | None) -> tuple:
-            if shared:
-                return (*(lr if lr else (None, rr[1], None)), *((rr[0], rr[2]) if rr else (None, None)))
-            return (*(lr if lr else (None, None, None)), *(rr if rr else (None, None, None)))
-    lrows = Counter((c, t, u) for (c, _, t, u), _, r in a.updates for _ in range(r))
-    rrows = Counter((c, t, w) for (c, _, t, w), _, r in b.updates for _ in range(r))
-    want = snapshot(spec, lrows, rrows, shape)
-    assert Counter(tuple(r) for r in out.collect()) == +want
+    next to it): the same rows as the oracle, keyed (ranges=3) and key-less (ranges=4, and
+    the automatic choice), one Spark job."""
+    options = [o for o in OPTIONS if o[3] not in ("right", "full")] + [("backward", True, None, "full", False, True)]
+    checks = []
+    for i, option in enumerate(options):
+        a, b = _cases(70 + i, Total(), 10, static=True)
+        cols, row = _shape(option)
+        left, right = _table(spark, a), _table(spark, b)
+        want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
+                        Counter(d for d, _, r in b.updates for _ in range(r)), row)
+        direction, exact, tol, how, nulls_equal, shared = option
+        kw: dict[str, Any] = {"on": "t"} if shared else {"left_on": "x", "right_on": "v"}
+        if not shared:
+            left, right = left.withColumnRenamed("t", "x"), right.withColumnRenamed("t", "v")
+        out = left.dd_merge_asof(right, by=["case", "k"], tolerance=tol, direction=direction,
+                                 allow_exact_matches=exact, how=how, nulls_equal=nulls_equal, ranges=3, **kw)
+        checks.append((f"keyed {option}", out, list(want.elements())))
+        # key-less: each side's case as a data column
+        lk = left.drop("k")
+        rk = right.drop("k").withColumnRenamed("case", "rcase")
+        out = lk.dd_merge_asof(rk, tolerance=tol, direction=direction, allow_exact_matches=exact, how=how,
+                               ranges=4 if i else None, **kw)
+        spec = Spec((), (), 1, 1, (0, 2), direction, exact, tol, how, nulls_equal)
+        if how in ("semi", "anti"):
+            shape = lambda lr, rr: tuple(lr)  # noqa: E731
+        else:
+            def shape(lr: tuple | None, rr: tuple | None, shared: bool = shared) -> tuple:
+                if shared:
+                    return (*(lr if lr else (None, rr[1], None)), *((rr[0], rr[2]) if rr else (None, None)))
+                return (*(lr if lr else (None, None, None)), *(rr if rr else (None, None, None)))
+        lrows = Counter((c, t, u) for (c, _, t, u), _, r in a.updates for _ in range(r))
+        rrows = Counter((c, t, w) for (c, _, t, w), _, r in b.updates for _ in range(r))
+        checks.append((f"key-less {option}", out, list(snapshot(spec, lrows, rrows, shape).elements())))
+    assert_all(spark, checks)
