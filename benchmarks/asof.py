@@ -49,6 +49,13 @@ How
     python benchmarks/asof.py --quick
     python benchmarks/asof.py --json benchmarks/results/asof.json
     python benchmarks/asof.py --configs B --time-limit 600
+
+Issue 37 (``dd_merge_asof``, the relational as-of join of two plain tables; details in
+``benchmarks/asof_merge.py``): workloads M (10^6 x 10^6, 100 keys), K (the same
+without keys) and X (10^7 x 10^7 without keys, with the peak RSS):
+
+    python benchmarks/asof.py --configs M,K --json benchmarks/results/asof_merge.json
+    python benchmarks/asof.py --configs X --driver-memory 8g --time-limit 900
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import asof_merge
 import numpy as np
 import pandas as pd
 from common import (
@@ -96,8 +104,13 @@ class Workload:
     items: int
 
 
-FULL = {"A": Workload("A", 10**6, 10**5, 1_000), "B": Workload("B", 10**6, 10**6, 100)}
-QUICK = {"A": Workload("A", 20_000, 2_000, 100), "B": Workload("B", 20_000, 20_000, 10)}
+FULL = {"A": Workload("A", 10**6, 10**5, 1_000), "B": Workload("B", 10**6, 10**6, 100),
+        "M": Workload("M", 10**6, 10**6, 100), "K": Workload("K", 10**6, 10**6, 0),
+        "X": Workload("X", 10**7, 10**7, 0)}
+QUICK = {"A": Workload("A", 20_000, 2_000, 100), "B": Workload("B", 20_000, 20_000, 10),
+         "M": Workload("M", 20_000, 20_000, 10), "K": Workload("K", 20_000, 20_000, 0),
+         "X": Workload("X", 200_000, 200_000, 0)}
+MERGE = ("M", "K", "X")  # issue 37: dd_merge_asof (benchmarks/asof_merge.py)
 SPAN = 10**9  # timestamps are drawn from [0, SPAN)
 
 
@@ -309,7 +322,8 @@ def run_workload(args: argparse.Namespace, spark: Any, report: Report, w: Worklo
 def main(argv: list[str] | None = None) -> int:
     p = base_parser(__doc__ or "")
     p.add_argument(
-        "--configs", default="A,B", help="workloads to run: A (10^6 x 10^5, 1000 items), B (10^6 x 10^6, 100 items)"
+        "--configs", default="A,B", help="workloads to run: A (10^6 x 10^5, 1000 items), B (10^6 x 10^6, 100 items); "
+        "dd_merge_asof (issue 37): M (10^6 x 10^6, 100 items), K (10^6 x 10^6, no keys), X (10^7 x 10^7, no keys)"
     )
     p.add_argument("--scale", type=float, default=1.0, help="multiply the numbers of orders and price changes")
     args = p.parse_args(argv)
@@ -331,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         spark = make_spark(args)
         warm_spark(spark)
         for w in loads:
-            run_workload(args, spark, report, w, data)
+            if w.name in MERGE:
+                asof_merge.run(args, spark, report, w.name, w.orders, w.items, data)
+            else:
+                run_workload(args, spark, report, w, data)
         report.note(f"Spark native as-of join: {NATIVE_FLAG}=true, " + NATIVE_SQL.format(o="orders", p="price_history"))
         report.note(f"ratio = formulation time / {REF} time; inputs cached before timing")
         return finish(report)

@@ -19,7 +19,7 @@ SECTIONS = [
     ("Joins", ["dd_join", "dd_semijoin", "dd_antijoin"]),
     ("Reductions", ["dd_reduce", "dd_count", "dd_sum", "dd_min", "dd_max", "dd_distinct", "dd_threshold", "dd_top_k"]),
     ("Iteration", ["dd_iterate"]),
-    ("Calculus and as-of joins", ["differentiate", "integrate", "dd_delay", "dd_asof_join", "sql"]),
+    ("Calculus and as-of joins", ["differentiate", "integrate", "dd_delay", "dd_asof_join", "dd_merge_asof", "sql"]),
     ("Arrangements", ["dd_arrange"]),
     ("Errors raised inside Spark jobs", ["raising", "unwrap"]),
 ]

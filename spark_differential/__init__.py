@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from spark_differential.operators.consolidate import dd_consolidate
     from spark_differential.operators.join import dd_antijoin, dd_join, dd_semijoin
     from spark_differential.operators.linear import dd_concat, dd_negate
+    from spark_differential.operators.merge_asof import dd_merge_asof
     from spark_differential.operators.reduce import (
         dd_count,
         dd_distinct,
@@ -74,6 +75,7 @@ _DEFINED_IN = {
     "differentiate": "spark_differential.operators.calculus",
     "integrate": "spark_differential.operators.calculus",
     "dd_asof_join": "spark_differential.operators.calculus",
+    "dd_merge_asof": "spark_differential.operators.merge_asof",
     "dd_delay": "spark_differential.operators.calculus",
     "dd_arrange": "spark_differential.operators.arrange",
     "dd_to_intervals": "spark_differential.io.changes",
@@ -138,6 +140,7 @@ METHODS = {
         "differentiate",
         "integrate",
         "dd_asof_join",
+        "dd_merge_asof",
         "dd_delay",
         "dd_arrange",
         "dd_to_intervals",
@@ -197,6 +200,7 @@ __all__ = [
     "differentiate",
     "integrate",
     "dd_asof_join",
+    "dd_merge_asof",
     "dd_delay",
     "dd_arrange",
     "dd_to_intervals",

@@ -113,6 +113,10 @@ class IncrementalStateError(SparkDifferentialError, RuntimeError):
     """An incremental view's stored state cannot be used, or the view was used in a way it cannot support."""
 
 
+class OptionError(SparkDifferentialError, ValueError):
+    """An operator's option (an argument other than its inputs and their columns) has a value it cannot use."""
+
+
 class SqlError(SparkDifferentialError, ValueError):
     """A SQL query given to :func:`spark_differential.sql` is malformed or unsupported."""
 
@@ -241,6 +245,7 @@ __all__ = [
     "NegativeMultiplicityError",
     "NullValueError",
     "OutputSchemaError",
+    "OptionError",
     "ReservedNameError",
     "SchemaMismatchError",
     "SparkDifferentialError",

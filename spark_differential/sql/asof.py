@@ -2,80 +2,82 @@
 
 What an as-of join means on ``(data, time, diff)``
 --------------------------------------------------
-An as-of join is the seed-003 calculus (``differentiate``, ``join``,
-``integrate``) applied to two ordinary tables:
+Both tables are plain tables: each is one snapshot (every row once), and the join of
+two snapshots is :func:`spark_differential.dd_merge_asof`'s, DuckDB's and Spark's as-of
+join: every left row picks at most one right row among its *candidates*, the right rows
+that satisfy every condition of the join but the as-of comparison, by that comparison:
 
-* every row of the left table (``orders``) is one update ``(row, o.ts, +1)``: an
-  insertion at its own time (:func:`spark_differential.collection` with
-  ``time = o.ts``);
-* the right table (``prices``) is a price *history*: each row says "from ``p.ts``
-  on, the key ``p.item`` has this row as its value", which
-  :func:`spark_differential.from_upserts` turns into a changing collection
-  (insert at ``p.ts``, retract at the key's next ``p.ts``; with no keys the whole
-  table is one key: ``key=[]``);
-* :func:`spark_differential.dd_asof_join` meets every left update with the right
-  collection as accumulated at the update's time (``>=``) or just before it
-  (``>``: ``strict=True``), and the result's ``diff`` (how many copies) is
-  expanded back into that many ordinary rows.
+* ``o.ts >= p.ts`` (``>``): the right row with the greatest ``p.ts`` at or before (strictly
+  before) ``o.ts``, as pandas' ``direction="backward"``;
+* ``o.ts <= p.ts`` (``<``): the least ``p.ts`` at or after (strictly after) ``o.ts``
+  (``direction="forward"``); the mirrored spellings (``p.ts <= o.ts``) mean the same.
 
-So for each left row the result holds the right row(s) with equal keys and the
-greatest ``p.ts`` with ``p.ts <= o.ts`` (``<`` for ``>``) -- DuckDB's ASOF JOIN.
-``LEFT`` keeps left rows that find nothing, with NULLs for the right columns.
-Without keys every row of both tables is on one single key, so the as-of lookup
-runs in one Spark task holding the right table's whole timeline (exact, but not
-parallel).
+Right rows sharing the picked ``p.ts`` are taken in the order of their other columns
+(backward: the last, forward: the first).  ``LEFT`` keeps left rows that pick nothing,
+``SEMI``/``ANTI`` keep the left rows with / without a pick (left columns only),
+``RIGHT``/``FULL`` add the right rows no left row picks.  A NULL key (compared with
+``=``), NULL time or a failed condition never matches.
 
-:class:`_AsofClauses` reads one ``o ASOF JOIN p`` (its ``MATCH_CONDITION``/``ON``/
-``USING`` clauses) into an :class:`_Spec`; :func:`_asof_frame` computes the joined
-rows as a DataFrame (left columns, then right columns).
+Conditions of ``ON`` (DuckDB's meaning, Spark 4.3's too): key equalities (``=`` or ``IS
+NOT DISTINCT FROM`` / ``<=>``, between an expression of each side) are the ``by`` keys; a
+condition on the left's columns alone decides whether a left row has candidates at all,
+one on the right's alone which right rows are candidates, a constant one all or none;
+a condition on both sides (``l.price + r.bid > 300``) restricts each left row's
+candidates pair by pair (:mod:`spark_differential.sql.asof_nested`).
+
+:class:`_AsofClauses` reads one ``o ASOF JOIN p`` into a :class:`_Spec`; :func:`_asof_frame`
+computes the joined rows as a DataFrame (left columns, then right columns).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import DIFF, FRACTIONAL_TYPES, INTEGRAL_TYPES, quoted
-from spark_differential.core.history import note as _note_history
+from spark_differential.core.collection import FRACTIONAL_TYPES, INTEGRAL_TYPES, quoted
 from spark_differential.core.lazy import lazy
-from spark_differential.engine.distributed import run_pair_sql
-from spark_differential.errors import SqlError
-from spark_differential.io.tables import collection
-from spark_differential.kernels import asof as _kasof
-from spark_differential.kernels.common import NEW as _KNEW
-from spark_differential.kernels.common import D as _KD
-from spark_differential.kernels.common import keys as _kkeys
-from spark_differential.kernels.common import names as _knames
-from spark_differential.kernels.common import times as _ktimes
-from spark_differential.operators.calculus import asof_join_history
+from spark_differential.errors import SchemaMismatchError, SqlError
+from spark_differential.kernels.asof_match import Rule
+from spark_differential.operators.merge_asof import StaticSide, common_on_type, static_join
+from spark_differential.sql.asof_nested import nested_frame
 from spark_differential.sql.dialect import _OP, _sql_of
 from spark_differential.sql.tree import _conjuncts, _unparen
 
 exp = lazy("sqlglot.expressions")
 
-_TIME_TYPES = (*INTEGRAL_TYPES, T.DateType, T.TimestampType, T.TimestampNTZType)
-# Internal column names of the as-of pipeline (not the reserved ``_sd_`` prefix:
-# collections reject data columns that use it).
-_TIME = "sdasof_time"
+_CMP = ("GTE", "GT", "LTE", "LT")
+_MIRROR = {"GTE": "LTE", "GT": "LT", "LTE": "GTE", "LT": "GT"}
+
+
+@dataclass
+class _Key:
+    left: str  # SQL over the left's columns (unqualified)
+    right: str
+    null_safe: bool
+    label: str  # as written, for messages
 
 
 @dataclass
 class _Spec:
-    """One as-of join, read from its clauses."""
+    """One as-of join, read from its clauses.  Items are SQL over one side's columns."""
 
-    how: str  # "inner" | "left"
-    strict: bool
-    lkeys: list[str]
-    rkeys: list[str]
+    how: str  # inner | left | right | full | semi | anti
+    direction: str  # backward | forward
+    exact: bool
+    keys: list[_Key]
     lt: str
     rt: str
     using: list[str]  # left column names named in USING (they resolve to the left side)
     clause: str  # the clause holding the time comparison, for messages
+    time_label: str = ""
+    left_cond: list[str] = field(default_factory=list)
+    right_cond: list[str] = field(default_factory=list)
+    both: list[str] = field(default_factory=list)  # conditions on both sides (qualified, as written)
+    written: list[str] = field(default_factory=list)  # every condition of the join, qualified, as written
+    rt_written: str = ""
 
 
 @dataclass
@@ -86,6 +88,9 @@ class _Side:
     by_name: dict[str, str] = field(default_factory=dict)  # normalized name -> actual name
     by_type: dict[str, T.DataType] = field(default_factory=dict)  # actual name -> type
 
+
+def _kind(e: exp.Expr) -> str:
+    return type(e).__name__
 
 
 class _AsofClauses:
@@ -125,85 +130,116 @@ class _AsofClauses:
             return "right", right.by_name[k]
         raise SqlError(f"{_OP}: unknown column `{parts[0]}` in the ASOF JOIN condition")
 
-    def analyse(self, join: exp.Join, left: _Side, right: _Side) -> _Spec:
+    def how(self, join: exp.Join) -> str:
         side, kind = join.side.upper(), join.kind.upper()
-        if side == "" and kind in ("", "INNER"):
-            how = "inner"
-        elif side == "LEFT" and kind in ("", "OUTER"):
-            how = "left"
-        else:
+        hows = {("", ""): "inner", ("", "INNER"): "inner", ("LEFT", ""): "left", ("LEFT", "OUTER"): "left",
+                ("RIGHT", ""): "right", ("RIGHT", "OUTER"): "right", ("FULL", ""): "full", ("FULL", "OUTER"): "full",
+                ("", "SEMI"): "semi", ("LEFT", "SEMI"): "semi", ("", "ANTI"): "anti", ("LEFT", "ANTI"): "anti"}
+        how = hows.get((side, kind))
+        if how is None:
             spelled = " ".join(x for x in (side, kind) if x)
-            raise SqlError(f"{_OP}: {spelled} ASOF JOIN is not supported; use ASOF JOIN (inner) or LEFT ASOF JOIN")
+            raise SqlError(f"{_OP}: {spelled} ASOF JOIN is not a join type; use ASOF [INNER | LEFT | RIGHT | FULL | "
+                           "SEMI | ANTI] JOIN")
+        return how
+
+    def refs(self, e: exp.Expr, left: _Side, right: _Side) -> set[str]:
+        """The sides whose columns ``e`` refers to."""
+        out: set[str] = set()
+        for col in e.find_all(exp.Column):
+            if isinstance(col.this, exp.Star):
+                continue
+            r = self.resolve(col, left, right)
+            if r is not None:
+                out.add(r[0])
+        return out
+
+    def item(self, e: exp.Expr, side: _Side, other: _Side) -> str:
+        """``e`` (over ``side``'s columns only) as SQL over that side's unqualified columns."""
+        e = _unparen(e)
+        r = self.resolve(e, side, other) if isinstance(e, exp.Column) else None
+        if r is not None:
+            return quoted(r[1])
+        e = e.copy()
+        for col in list(e.find_all(exp.Column)):
+            got = self.resolve(col, side, other)
+            if got is not None:
+                col.replace(exp.column(exp.to_identifier(got[1], quoted=True)))
+        return _sql_of(e)
+
+    def split(self, c: exp.Expr, left: _Side, right: _Side) -> tuple[exp.Expr, exp.Expr, bool] | None:
+        """``(left expression, right expression, mirrored)`` of a comparison between the sides."""
+        a, b = self.refs(c.this, left, right), self.refs(c.expression, left, right)
+        if a == {"left"} and b == {"right"}:
+            return c.this, c.expression, False
+        if a == {"right"} and b == {"left"}:
+            return c.expression, c.this, True
+        return None
+
+    def analyse(self, join: exp.Join, left: _Side, right: _Side) -> _Spec:
+        how = self.how(join)
         la, ra = left.alias, right.alias
         mc = join.args.get("match_condition")
         on = join.args.get("on")
         using = [i.name for i in join.args.get("using") or []]
-        conjuncts = list(_conjuncts(on)) if on is not None else []
-        eqs: list[exp.Expr] = []
-        cmps: list[exp.Expr] = []
-        for c in conjuncts:
-            if isinstance(c, exp.EQ):
-                eqs.append(c)
-            elif mc is None and isinstance(c, (exp.GTE, exp.GT, exp.LTE, exp.LT)):
-                cmps.append(c)
+        keys: list[_Key] = []
+        written: list[str] = []
+        cmp: exp.Expr | None = _unparen(mc) if mc is not None else None
+        if cmp is not None:
+            written.append(_sql_of(cmp))
+        if using:
+            for u in using if mc is not None else using[:-1]:
+                lk, rk = self.using_col(u, left, right)
+                keys.append(_Key(quoted(lk), quoted(rk), False, f"USING ({u})"))
+                written.append(f"{quoted(la)}.{quoted(lk)} = {quoted(ra)}.{quoted(rk)}")
+            if mc is None:  # DuckDB: the last USING column is the time, >=
+                tl, tr = self.using_col(using[-1], left, right)
+                cmp = exp.GTE(this=exp.column(tl, table=la), expression=exp.column(tr, table=ra))
+                written.append(f"{quoted(la)}.{quoted(tl)} >= {quoted(ra)}.{quoted(tr)}")
+        spec = _Spec(how, "backward", True, keys, "", "", [self.using_col(u, left, right)[0] for u in using],
+                     "MATCH_CONDITION" if mc is not None else ("USING" if using else "ON"), written=written)
+        for c in _conjuncts(on) if on is not None else []:
+            written.append(_sql_of(c))
+            pair = self.split(c, left, right) if isinstance(c, (exp.EQ, exp.NullSafeEQ, *_cmps())) else None
+            if pair is not None and isinstance(c, (exp.EQ, exp.NullSafeEQ)):
+                keys.append(_Key(self.item(pair[0], left, right), self.item(pair[1], right, left),
+                                 isinstance(c, exp.NullSafeEQ), _sql_of(c)))
+                continue
+            if pair is not None and cmp is None:
+                cmp = c
+                continue
+            sides = self.refs(c, left, right)
+            if not sides or sides == {"right"}:
+                spec.right_cond.append(self.item(c, right, left) if sides else _sql_of(c))
+            elif sides == {"left"}:
+                spec.left_cond.append(self.item(c, left, right))
             else:
-                where = "ON (MATCH_CONDITION holds the time comparison)" if mc is not None else "ON"
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN {where} may only contain equalities between a column of `{la}` and a "
-                    f"column of `{ra}`" + ("" if mc is not None else " and one time comparison") +
-                    f", joined by AND; got `{_sql_of(c)}`. Move other conditions to WHERE or into a subquery"
-                )
-        lkeys: list[str] = []
-        rkeys: list[str] = []
-        time_cmp: exp.Expr | None = None
-        if mc is not None:
-            clause = "MATCH_CONDITION"
-            time_cmp = _unparen(mc)
-            key_cols = using
-        elif using:
-            clause = "USING"
-            key_cols = using[:-1]  # USING (ts): no keys, one global timeline
-            tl, tr = self.using_col(using[-1], left, right)
-            time_cmp = exp.GTE(this=exp.column(tl, table=la), expression=exp.column(tr, table=ra))
-        else:
-            clause = "ON"
-            if on is None:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN needs MATCH_CONDITION (o.ts >= p.ts) (with optional ON/USING keys), or an ON "
-                    "clause with the time comparison and optional key equalities (ON o.k = p.k AND o.ts >= p.ts)"
-                )
-            if not cmps:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN ON must contain one time comparison such as `{la}.ts >= {ra}.ts` "
-                    "(or use MATCH_CONDITION)"
-                )
-            if len(cmps) > 1:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN ON has {len(cmps)} inequalities ({', '.join(_sql_of(c) for c in cmps)}); "
-                    "exactly one (the time comparison) is allowed"
-                )
-            time_cmp = cmps[0]
-            key_cols = []
-        for u in key_cols:
-            lk, rk = self.using_col(u, left, right)
-            lkeys.append(lk)
-            rkeys.append(rk)
-        using_left = [self.using_col(u, left, right)[0] for u in using]  # as written
-        where = "ON"
-        for eq in eqs:
-            a, b = self.resolve(eq.this, left, right), self.resolve(eq.expression, left, right)
-            if a is None or b is None or {a[0], b[0]} != {"left", "right"}:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN {where}: `{_sql_of(eq)}` must equate a column of `{la}` with a column of "
-                    f"`{ra}` (compute expressions in a subquery first)"
-                )
-            (_, lk), (_, rk) = sorted([a, b])
-            lkeys.append(lk)
-            rkeys.append(rk)
-        lt, rt, strict = self.time_comparison(time_cmp, clause, left, right)
-        spec = _Spec(how, strict, lkeys, rkeys, lt, rt, using_left, clause)
-        self.check_types(spec, left, right)
+                spec.both.append(_sql_of(c))
+        if cmp is None:
+            raise SqlError(
+                f"{_OP}: ASOF JOIN needs one comparison between the two sides' times, such as `{la}.ts >= {ra}.ts`: "
+                "in MATCH_CONDITION (...), in ON (ON o.k = p.k AND o.ts >= p.ts) or as the last USING column"
+            )
+        self.time_comparison(spec, cmp, left, right)
         return spec
+
+    def time_comparison(self, spec: _Spec, cmp: exp.Expr, left: _Side, right: _Side) -> None:
+        la, ra = left.alias, right.alias
+        usage = (f"{spec.clause} must compare the left table's time with the right table's by >=, >, <= or <, "
+                 f"e.g. {la}.ts >= {ra}.ts")
+        if _kind(cmp) not in _CMP:
+            raise SqlError(f"{_OP}: {usage}; got `{_sql_of(cmp)}`")
+        pair = self.split(cmp, left, right)
+        if pair is None:
+            raise SqlError(
+                f"{_OP}: {usage}; `{_sql_of(cmp)}` does not compare an expression of `{la}` with one of `{ra}` "
+                "(each side of the comparison must refer to one table only)")
+        lexpr, rexpr, mirrored = pair
+        op = _MIRROR[_kind(cmp)] if mirrored else _kind(cmp)
+        spec.direction = "backward" if op in ("GTE", "GT") else "forward"
+        spec.exact = op in ("GTE", "LTE")
+        spec.lt, spec.rt = self.item(lexpr, left, right), self.item(rexpr, right, left)
+        spec.time_label = _sql_of(cmp)
+        spec.rt_written = _sql_of(rexpr)
 
     def using_col(self, name: str, left: _Side, right: _Side) -> tuple[str, str]:
         k = self.norm(name)
@@ -211,56 +247,6 @@ class _AsofClauses:
             if k not in s.by_name:
                 raise SqlError(f"{_OP}: ASOF JOIN USING ({name}): `{s.alias}` has no column `{name}`")
         return left.by_name[k], right.by_name[k]
-
-    def time_comparison(self, cmp: exp.Expr | None, clause: str, left: _Side, right: _Side) -> tuple[str, str, bool]:
-        la, ra = left.alias, right.alias
-        usage = (
-            f"{clause} must compare the left table's time column with >= or > against the right table's "
-            f"time column, e.g. {la}.ts >= {ra}.ts (or the mirrored {ra}.ts <= {la}.ts)"
-        )
-        if not isinstance(cmp, (exp.GTE, exp.GT, exp.LTE, exp.LT)):
-            got = _sql_of(cmp) if cmp is not None else "nothing"
-            raise SqlError(f"{_OP}: {usage}; got `{got}`")
-        a, b = self.resolve(cmp.this, left, right), self.resolve(cmp.expression, left, right)
-        if a is None or b is None:
-            raise SqlError(
-                f"{_OP}: {usage}; got `{_sql_of(cmp)}`, which is not a comparison of two plain columns. "
-                "Compute the time expression as a column in a subquery or CTE first"
-            )
-        if {a[0], b[0]} != {"left", "right"}:
-            raise SqlError(f"{_OP}: {usage}; `{_sql_of(cmp)}` does not compare a column of `{la}` with one of `{ra}`")
-        op = type(cmp)
-        if a[0] == "right":  # mirrored: p.ts <= o.ts
-            op = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}[op]
-            a, b = b, a
-        if op in (exp.LTE, exp.LT):
-            raise SqlError(
-                f"{_OP}: {usage}; `{_sql_of(cmp)}` asks for the first right row at or after the left row's time "
-                "(a forward as-of join), which is not supported: only the latest right row at or before "
-                "the left row's time (>=, or > for strictly before) can be joined"
-            )
-        return a[1], b[1], op is exp.GT
-
-    def check_types(self, spec: _Spec, left: _Side, right: _Side) -> None:
-        lf = {f.name: f.dataType for f in left.fields}
-        rf = {f.name: f.dataType for f in right.fields}
-        for name, side, dt in ((spec.lt, left, lf[spec.lt]), (spec.rt, right, rf[spec.rt])):
-            if not isinstance(dt, _TIME_TYPES):
-                raise SqlError(
-                    f"{_OP}: {spec.clause}: the time column `{side.alias}.{name}` has type {dt.simpleString()}; "
-                    "as-of times must be an integral type, date or timestamp (CAST it in a subquery)"
-                )
-        _common_time_type(lf[spec.lt], rf[spec.rt], f"{left.alias}.{spec.lt}", f"{right.alias}.{spec.rt}", spec.clause)
-        for lk, rk in zip(spec.lkeys, spec.rkeys):
-            ta, tb = lf[lk], rf[rk]
-            ok = ta == tb or (isinstance(ta, INTEGRAL_TYPES) and isinstance(tb, INTEGRAL_TYPES)) or (
-                isinstance(ta, (*INTEGRAL_TYPES, *FRACTIONAL_TYPES)) and isinstance(tb, (*INTEGRAL_TYPES, *FRACTIONAL_TYPES))
-            )
-            if not ok:
-                raise SqlError(
-                    f"{_OP}: ASOF JOIN key `{left.alias}.{lk}` is {ta.simpleString()} but `{right.alias}.{rk}` is "
-                    f"{tb.simpleString()}; CAST one side in a subquery so that both have the same type"
-                )
 
     # ----------------------------------------------------------------- the as-of join
 
@@ -281,120 +267,82 @@ class _AsofClauses:
         return r_view
 
 
-def _asof_frame(left: _Side, right: _Side, spec: _Spec, r_view: dict[str, str]) -> DataFrame:
-    """The joined rows: the left columns, then the right columns (named by ``r_view``)."""
-    ltype = left.by_type[spec.lt] if left.by_type else None
-    rtype = right.by_type[spec.rt] if right.by_type else None
-    if isinstance(ltype, INTEGRAL_TYPES) and isinstance(rtype, INTEGRAL_TYPES):
-        return _asof_frame_sql(left, right, spec, r_view)
-    lnames = [f.name for f in left.fields]
-    rnames = [f.name for f in right.fields]
-    a = [f"sdl{i}" for i in range(len(lnames))]
-    b = [f"sdr{i}" for i in range(len(rnames))]
-    k = [f"sdk{i}" for i in range(len(spec.lkeys))]
-    lpos = {n: i for i, n in enumerate(lnames)}
-    rpos = {n: i for i, n in enumerate(rnames)}
-    ltype = left.fields[lpos[spec.lt]].dataType
-    rtype = right.fields[rpos[spec.rt]].dataType
-    tt = _common_time_type(ltype, rtype, spec.lt, spec.rt, spec.clause)
-    lt_col = F.col(a[lpos[spec.lt]])
-    ln = left.df.toDF(*a)  # positional: any column names are fine
-    rn = right.df.toDF(*b)
-    lkeys_present = [F.col(a[lpos[c]]).isNotNull() for c in spec.lkeys]
-    live = ln.where(lt_col.isNotNull())
-    if spec.how == "inner":
-        for cond in lkeys_present:
-            live = live.where(cond)
-    orders = live.select(
-        *a, *[F.col(a[lpos[c]]).alias(kk) for c, kk in zip(spec.lkeys, k)], lt_col.cast(tt).alias(_TIME)
-    )
-    # a right row without a time can match nothing (as in DuckDB): left out
-    prices = rn.where(F.col(b[rpos[spec.rt]]).isNotNull()).select(
-        *b, *[F.col(b[rpos[c]]).alias(kk) for c, kk in zip(spec.rkeys, k)], F.col(b[rpos[spec.rt]]).cast(tt).alias(_TIME)
-    )
-    # dd_asof_join(orders, from_upserts(prices)), read from the log without building that collection
-    joined = asof_join_history(
-        collection(orders, time=_TIME, check_nulls=False),  # null times were filtered above
-        prices,
-        key=k,
-        time=_TIME,
-        how=spec.how,
-        strict=spec.strict,
-    )
-    # diff copies of each row (left rows are insertions, so every diff is positive)
-    rows = joined.select(*a, *b, F.explode(F.sequence(F.lit(1).cast("long"), F.col(DIFF))).alias("sdasof_n"))
-    out = rows.select(
-        *[F.col(x).alias(n) for x, n in zip(a, lnames)], *[F.col(y).alias(r_view[n]) for y, n in zip(b, rnames)]
-    )
-    if spec.how == "left":
-        # rows without a time cannot be placed in time: kept, unmatched (as in DuckDB)
-        timeless = ln.where(lt_col.isNull()).select(
-            *[F.col(x).alias(n) for x, n in zip(a, lnames)],
-            *[F.lit(None).cast(f.dataType).alias(r_view[f.name]) for f in right.fields],
-        )
-        out = out.unionByName(timeless)
-    return out
-
-def _asof_frame_sql(left: _Side, right: _Side, spec: _Spec, r_view: dict[str, str]) -> DataFrame:
-    """:meth:`asof_frame` for integral times, planned from SQL text: each side is one
-    filter and one ``selectExpr`` straight into the as-of kernel's form (keys, the
-    side's columns, the time, ``diff = 1``), and the task itself expands each joined
-    row into its copies under the user's names (:func:`kernels.asof.expanded`).  The
-    same rows as ``dd_asof_join(collection(orders), from_upserts(prices))`` read from
-    the upsert log (``method="upserts"``, the other path), with five DataFrames instead
-    of about twenty and a twentieth of the py4j round trips of building them."""
-    _note_history("dd_asof_join")  # incremental views keep the inputs of this query uncompacted
-    lnames = [f.name for f in left.fields]
-    rnames = [f.name for f in right.fields]
-    nk = len(spec.lkeys)
-    lkeys, rkeys = [quoted(c) for c in spec.lkeys], [quoted(c) for c in spec.rkeys]
-    for i, (lk, rk) in enumerate(zip(spec.lkeys, spec.rkeys)):
-        ta, tb = left.by_type[lk], right.by_type[rk]
-        if ta != tb:  # the casts engine.kernel_form.key_casts makes: equal values hash and compare equal
-            cast = "BIGINT" if isinstance(ta, INTEGRAL_TYPES) and isinstance(tb, INTEGRAL_TYPES) else "DOUBLE"
-            lkeys[i], rkeys[i] = f"CAST({lkeys[i]} AS {cast})", f"CAST({rkeys[i]} AS {cast})"
-    # a left row without a time is placed nowhere (LEFT keeps it below), one with a null key
-    # matches nothing (LEFT: the kernel keeps it unmatched); a right row without either: left out
-    l_live = [f"{quoted(spec.lt)} IS NOT NULL"] + ([f"{k} IS NOT NULL" for k in map(quoted, spec.lkeys)]
-                                                   if spec.how == "inner" else [])
-    r_live = [f"{quoted(spec.rt)} IS NOT NULL"] + [f"{k} IS NOT NULL" for k in map(quoted, spec.rkeys)]
-    a_cols, b_cols = _knames("_a", len(lnames)), _knames("_b", len(rnames))
-    tail = ["CAST(1 AS BIGINT)", "true"]
-    sides = [
-        (left.df.where(" AND ".join(l_live)), [*lkeys, *map(quoted, lnames), f"CAST({quoted(spec.lt)} AS BIGINT)", *tail],
-         [*_kkeys(nk), *a_cols, *_ktimes(1), _KD, _KNEW]),
-        (right.df.where(" AND ".join(r_live)), [*rkeys, *map(quoted, rnames), f"CAST({quoted(spec.rt)} AS BIGINT)", *tail],
-         [*_kkeys(nk), *b_cols, *_ktimes(1), _KD, _KNEW]),
-    ]
-    labels = [*lnames, *[r_view[n] for n in rnames]]
-    schema = T.StructType([T.StructField(n, f.dataType, True) for n, f in zip(labels, [*left.fields, *right.fields])])
-    params = _kasof.UpsertAsofParams(nk, len(lnames), len(rnames), spec.strict, spec.how == "left")
-    kernel = functools.partial(_kasof.expanded, _kasof.asof_upserts, [*a_cols, *b_cols], labels)
-    out = run_pair_sql(kernel, params, sides, nk, schema)
-    if spec.how == "left":
-        # rows without a time cannot be placed in time: kept, unmatched (as in DuckDB)
-        timeless = left.df.where(f"{quoted(spec.lt)} IS NULL").select(
-            *[F.col(quoted(n)) for n in lnames],
-            *[F.lit(None).cast(f.dataType).alias(r_view[f.name]) for f in right.fields],
-        )
-        out = out.unionByName(timeless)
-    return out
+def _cmps() -> tuple[type, ...]:
+    return (exp.GTE, exp.GT, exp.LTE, exp.LT)
 
 
-def _common_time_type(a: T.DataType, b: T.DataType, an: str, bn: str, clause: str) -> T.DataType:
-    if isinstance(a, INTEGRAL_TYPES) and isinstance(b, INTEGRAL_TYPES):
+def _types(side: _Side, items: list[str]) -> list[T.DataType]:
+    """The types of SQL items over one side's columns (plain columns from the schema; one
+    analysis for the computed ones)."""
+    plain = {quoted(n): t for n, t in side.by_type.items()}
+    computed = [i for i in items if i not in plain]
+    if computed:
+        schema = side.df.selectExpr(*computed).schema
+        plain.update({i: f.dataType for i, f in zip(computed, schema.fields)})
+    return [plain[i] for i in items]
+
+
+def _key_type(ta: T.DataType, tb: T.DataType) -> T.DataType | None:
+    if ta == tb:
+        return ta
+    if isinstance(ta, INTEGRAL_TYPES) and isinstance(tb, INTEGRAL_TYPES):
         return T.LongType()
-    if a == b:
-        return a
-    pair = {type(a), type(b)}
-    if pair == {T.DateType, T.TimestampType}:
-        return T.TimestampType()
-    if pair == {T.DateType, T.TimestampNTZType}:
-        return T.TimestampNTZType()
-    raise SqlError(
-        f"{_OP}: {clause}: the time columns `{an}` ({a.simpleString()}) and `{bn}` ({b.simpleString()}) have "
-        "different types; CAST one of them in a subquery so that both have the same type"
-    )
+    numeric = (*INTEGRAL_TYPES, *FRACTIONAL_TYPES)
+    if isinstance(ta, numeric) and isinstance(tb, numeric):
+        return T.DoubleType()
+    return None
+
+
+def _cast(item: str, have: T.DataType, want: T.DataType) -> str:
+    return item if have == want else f"CAST({item} AS {want.simpleString()})"
+
+
+def _asof_frame(left: _Side, right: _Side, spec: _Spec, r_view: dict[str, str]) -> DataFrame:
+    """The joined rows: the left columns, then the right columns (named by ``r_view``; none
+    for semi and anti joins)."""
+    lnames = [f.name for f in left.fields]
+    rnames = [f.name for f in right.fields]
+    if spec.both:
+        return nested_frame(left.df, right.df, left.alias, right.alias, lnames, rnames, r_view, spec.how,
+                            spec.direction, " AND ".join(f"({c})" for c in spec.written), spec.rt_written,
+                            [n for n in rnames if quoted(n) not in {spec.rt, *[k.right for k in spec.keys]}])
+    ltypes = _types(left, [spec.lt, *[k.left for k in spec.keys]])
+    rtypes = _types(right, [spec.rt, *[k.right for k in spec.keys]])
+    try:
+        on_type = common_on_type(ltypes[0], rtypes[0], spec.time_label)
+    except SchemaMismatchError as e:
+        raise SqlError(f"{_OP}: {spec.clause}: {str(e).split(': ', 2)[-1]}; CAST one of them in a subquery") from None
+    lkeys, rkeys = [], []
+    for k, ta, tb in zip(spec.keys, ltypes[1:], rtypes[1:]):
+        kt = _key_type(ta, tb)
+        if kt is None:
+            raise SqlError(f"{_OP}: ASOF JOIN key `{k.label}` compares {ta.simpleString()} with {tb.simpleString()}; "
+                           "CAST one side in a subquery so that both have the same type")
+        lkeys.append((_cast(k.left, ta, kt), kt))
+        rkeys.append((_cast(k.right, tb, kt), kt))
+    nulls_equal = any(k.null_safe for k in spec.keys)
+    # one more key for what can never match: a failed one-sided condition, and (with null-safe
+    # keys among them) a NULL in a key compared with `=`: left 1 and right 2 match nothing
+    fail_l = [f"NOT coalesce(({c}), false)" for c in spec.left_cond]
+    fail_r = [f"NOT coalesce(({c}), false)" for c in spec.right_cond]
+    if nulls_equal:
+        fail_l += [f"({k.left}) IS NULL" for k in spec.keys if not k.null_safe]
+        fail_r += [f"({k.right}) IS NULL" for k in spec.keys if not k.null_safe]
+    if fail_l or fail_r:
+        lkeys.append((f"CASE WHEN {' OR '.join(fail_l) or 'false'} THEN 1 ELSE 0 END", T.IntegerType()))
+        rkeys.append((f"CASE WHEN {' OR '.join(fail_r) or 'false'} THEN 2 ELSE 0 END", T.IntegerType()))
+    sides = [
+        StaticSide(left.df, lkeys, (_cast(spec.lt, ltypes[0], on_type), on_type),
+                   [(quoted(f.name), f.dataType) for f in left.fields]),
+        StaticSide(right.df, rkeys, (_cast(spec.rt, rtypes[0], on_type), on_type),
+                   [(quoted(f.name), f.dataType) for f in right.fields]),
+    ]
+    out = [(f"_a{i + 1}", n) for i, n in enumerate(lnames)]
+    if spec.how not in ("semi", "anti"):
+        out += [(f"_b{j + 1}", r_view[n]) for j, n in enumerate(rnames)]
+    # without keys of the user's the join is cut into ranges of the time (operators.asof_ranges)
+    return static_join(sides[0], sides[1], Rule(spec.direction, spec.exact, None, spec.how), nulls_equal, out,
+                       ranges=None if not spec.keys else 1)
 
 
 def _rel_alias(rel: exp.Expr, which: str) -> str:
@@ -402,4 +350,3 @@ def _rel_alias(rel: exp.Expr, which: str) -> str:
     if not name:
         raise SqlError(f"{_OP}: the {which} side of the ASOF JOIN (`{_sql_of(rel)}`) needs an alias")
     return name
-

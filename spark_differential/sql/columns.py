@@ -43,8 +43,15 @@ def _rewrite_columns(
                     f"{_OP}: column `{parts[0].name}` is ambiguous: both sides of the ASOF JOIN "
                     f"(`{left.alias}` and `{right.alias}`) have it; qualify it"
                 )
+            if len(parts) == 1 and names[0] in using and spec.how in ("right", "full"):
+                _coalesced(col, left, right, r_view, names[0])
             continue
         s = left if names[at] == la else right
+        if s is right and spec.how in ("semi", "anti"):
+            raise SqlError(
+                f"{_OP}: `{_sql_of(col)}`: a {spec.how.upper()} ASOF JOIN keeps the left side's columns only; "
+                f"`{right.alias}` cannot be selected"
+            )
         actual = s.by_name.get(names[at + 1])
         if actual is None:
             raise SqlError(
@@ -61,6 +68,17 @@ def _rewrite_columns(
         if isinstance(proj, exp.Column) and id(proj) in renamed:
             proj.replace(exp.alias_(proj.copy(), renamed[id(proj)], quoted=True))
 
+def _coalesced(col: exp.Column, left: _Side, right: _Side, r_view: dict[str, str], name: str) -> None:
+    """An unqualified USING column of a RIGHT or FULL as-of join: the left's value, else the right's."""
+    lname, rname = left.by_name[name], right.by_name[name]
+    merged = exp.func("coalesce", exp.column(lname, table=exp.to_identifier(left.alias)),
+                      exp.column(r_view[rname], table=exp.to_identifier(left.alias)))
+    parent = col.parent
+    if isinstance(parent, exp.Select) and col.arg_key == "expressions":
+        merged = exp.alias_(merged, lname, quoted=True)
+    col.replace(merged)
+
+
 def _expand_stars(
     norm: Callable[[str], str], select: exp.Select, join: exp.Join, left: _Side, right: _Side, r_view: dict[str, str], spec: _Spec
 ) -> None:
@@ -72,6 +90,9 @@ def _expand_stars(
     quote = exp.to_identifier
 
     def cols(side: str) -> list[exp.Expr]:
+        if side != "left" and spec.how in ("semi", "anti"):
+            raise SqlError(f"{_OP}: a {spec.how.upper()} ASOF JOIN keeps the left side's columns only; "
+                           f"`{right.alias}.*` cannot be selected")
         if side == "left":
             return [exp.column(n, table=quote(left.alias)) for n in lnames]
         return [
@@ -81,13 +102,18 @@ def _expand_stars(
         ]
 
     def star_all() -> list[exp.Expr]:
-        if spec.using:
-            first = [exp.column(u, table=quote(left.alias)) for u in using_l]
+        semi = spec.how in ("semi", "anti")
+        if spec.using and not semi:
+            first: list[exp.Expr] = [exp.column(u, table=quote(left.alias)) for u in using_l]
+            if spec.how in ("right", "full"):
+                first = [exp.alias_(exp.func("coalesce", exp.column(u, table=quote(left.alias)),
+                                             exp.column(r_view[right.by_name[norm(u)]], table=quote(left.alias))),
+                                    u, quoted=True) for u in using_l]
             rest_l = [exp.column(n, table=quote(left.alias)) for n in lnames if n not in using_l]
             rest_r = [c for c, n in zip(cols("right"), rnames) if norm(n) not in using_r]
             mine: list[exp.Expr] = [*first, *rest_l, *rest_r]
         else:
-            mine = [*cols("left"), *cols("right")]
+            mine = [*cols("left"), *([] if semi else cols("right"))]
         others: list[exp.Expr] = []
         for j in select.args.get("joins") or []:
             if j is join:
@@ -104,7 +130,7 @@ def _expand_stars(
             raise SqlError(f"{_OP}: SELECT * together with LATERAL VIEW and ASOF JOIN: list the columns instead")
         return [*mine, *others]
 
-    needs_plain = bool(spec.using) or any(r_view[n] != n for n in rnames)
+    needs_plain = spec.how not in ("semi", "anti") and (bool(spec.using) or any(r_view[n] != n for n in rnames))
     new: list[exp.Expr] = []
     changed = False
     for proj in select.expressions:

@@ -11,9 +11,11 @@ or in DuckDB's::
     SELECT ... FROM orders o ASOF [LEFT] JOIN prices p
         ON o.item = p.item AND o.ts >= p.ts                    -- or USING (item, ts)
 
-Keys are optional: ``MATCH_CONDITION (o.ts >= p.ts)`` with no ``ON``, ``ON o.ts >=
-p.ts`` alone or ``USING (ts)`` join every left row with one global timeline (the
-whole right table).  What the as-of join means on ``(data, time, diff)`` is in :mod:`spark_differential.sql.asof`.
+Every comparison (``>=``, ``>``, ``<=``, ``<``), right, full, semi and anti joins,
+null-safe keys and other conditions in ``ON`` are accepted.  Keys are optional:
+``MATCH_CONDITION (o.ts >= p.ts)`` with no ``ON``, ``ON o.ts >= p.ts`` alone or
+``USING (ts)`` join every left row with one global timeline (the whole right
+table).  What the as-of join means on ``(data, time, diff)`` is in :mod:`spark_differential.sql.asof`.
 
 How a query runs
 ----------------
@@ -65,18 +67,20 @@ def sql(query: str, /, **views: DataFrame) -> DataFrame:
     """Run a Spark SQL query whose as-of joins and recursive CTEs are computed differentially.
 
     ``query`` is one Spark SQL statement.  ``ASOF JOIN`` may be written in Spark
-    4.3's syntax, ``o [INNER | LEFT [OUTER]] ASOF JOIN p MATCH_CONDITION (o.ts >= p.ts)
-    ON o.k = p.k`` (or ``USING (k)``), or in DuckDB's, ``o ASOF [LEFT] JOIN p ON
-    o.k = p.k AND o.ts >= p.ts`` (or ``USING (k, ts)``: the last column is the
-    time).  ``>`` asks for right rows strictly before the left row; the mirrored
-    ``p.ts <= o.ts`` / ``p.ts < o.ts`` is accepted too.  Keys are optional
-    (``MATCH_CONDITION (o.ts >= p.ts)`` alone, ``ON o.ts >= p.ts``, ``USING (ts)``):
-    without them the whole right table is one timeline, and the as-of lookup runs
-    in a single Spark task that holds all of it.  Each left row gets the
-    right row(s) with equal keys and the greatest ``p.ts`` allowed (several if
-    several right rows share that ``p.ts`` for the key); ``LEFT`` keeps unmatched
-    left rows with NULLs.  The as-of join must directly follow the first table of
-    its ``FROM``; any other SQL may surround it.
+    4.3's (and Snowflake's) syntax, ``o [INNER | LEFT | RIGHT | FULL [OUTER] | LEFT
+    SEMI | LEFT ANTI] ASOF JOIN p MATCH_CONDITION (o.ts >= p.ts) ON o.k = p.k`` (or
+    ``USING (k)``), or in DuckDB's, ``o ASOF [LEFT | RIGHT | FULL | SEMI | ANTI] JOIN p
+    ON o.k = p.k AND o.ts >= p.ts`` (or ``USING (k, ts)``: the last column is the
+    time).  Each left row picks at most one right row with equal keys (``=`` or ``IS
+    NOT DISTINCT FROM``): the greatest ``p.ts`` at or before ``o.ts`` (``>=``; ``>``:
+    strictly before), or the least at or after it (``<=``, ``<``); mirrored spellings
+    are accepted, and among right rows sharing that time the last (first) in the
+    order of the right's other columns, as :func:`dd_merge_asof`.  Other conditions
+    of ``ON`` restrict each left row's candidates (DuckDB's meaning).  Keys are
+    optional (``MATCH_CONDITION (o.ts >= p.ts)`` alone, ``ON o.ts >= p.ts``, ``USING
+    (ts)``): the whole right table is then one timeline, cut into ranges of the time
+    for the tasks.  The as-of join must directly follow the first table of its
+    ``FROM``; any other SQL may surround it (docs/sql.md).
 
     Tables are the keyword arguments (``orders=df``; names match
     case-insensitively) or, for other names, the CTEs of the query and the Spark

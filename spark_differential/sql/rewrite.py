@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import SqlError
 from spark_differential.sql.asof import _asof_frame, _AsofClauses, _rel_alias, _Side
+from spark_differential.sql.asof_correlated import hoist_correlated
 from spark_differential.sql.columns import _rewrite_columns
 from spark_differential.sql.dialect import _OP, _is_asof, _sql_of
 from spark_differential.sql.runner import _first_line, _spark_sql, _user_names
@@ -166,6 +167,7 @@ class _Compiler:
         la, ra = _rel_alias(left_rel, "left"), _rel_alias(right_rel, "right")
         if self.norm(la) == self.norm(ra):
             raise SqlError(f"{_OP}: both sides of the ASOF JOIN are called `{la}`; give one an alias")
+        hoisted = hoist_correlated(join, left_rel, right_rel, la)  # a left side on an outer query
         left = self.side(left_rel, la, "left")
         right = self.side(right_rel, ra, "right")
         spec = self.clauses.analyse(join, left, right)
@@ -178,6 +180,8 @@ class _Compiler:
         token = self.token(view_df, f"{la} ASOF JOIN {ra}")
         from_.set("this", exp.Table(this=exp.to_identifier(token), alias=exp.TableAlias(this=exp.to_identifier(la))))
         join.pop()
+        for cond in hoisted:
+            select.where(cond, copy=False)
 
     def side(self, rel: exp.Expr, alias: str, which: str) -> _Side:
         if isinstance(rel, exp.Table) and rel.name in self.bindings and not rel.args.get("db"):

@@ -1,0 +1,245 @@
+"""``dd_merge_asof`` against the brute-force as-of join (``tests/asof_oracle.py``) and pandas.
+
+Plain tables: random tables with ties, nulls and duplicate rows, every direction, exact
+matches or not, tolerance or not, every ``how``, equality and null-safe keys, shared and
+separate match-column names; also against pandas ``merge_asof`` (the options pandas has,
+tables without null match values).  Collections: the join of the snapshots at every time
+of the lub closure, with integer and product times, through the seam's handlers (its own
+stage, a fused pipeline, a ``dd_iterate`` loop in one task and distributed, an
+incremental view).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+import pytest
+from asof_oracle import Spec, ref_merge_asof, snapshot
+from asof_support import assert_all
+from helpers import assert_matches, to_df
+from oracle import Coll, Product, Total, assert_updates_equal, consolidate, random_coll, ref_distinct, ref_iterate
+from pyspark.sql import types as T
+from test_incremental import expected, run_view, schedule
+
+LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
+# (direction, allow_exact_matches, tolerance, how, nulls_equal, shared on name)
+OPTIONS = [
+    ("backward", True, None, "left", False, True),
+    ("backward", False, 1, "inner", True, False),
+    ("forward", True, 1, "right", False, True),
+    ("forward", False, None, "full", True, False),
+    ("nearest", True, None, "semi", False, False),
+    ("nearest", False, 1, "anti", True, True),
+    ("nearest", True, 2, "full", False, True),
+]
+
+
+def _nulled(rng: random.Random, c: Coll, at: tuple[int, ...], p: float = 0.1) -> Coll:
+    return Coll(c.cols, [(tuple(None if i in at and rng.random() < p else v for i, v in enumerate(d)), t, r)
+                         for d, t, r in c.updates])
+
+
+def _cases(seed: int, lat: Any, n_cases: int, *, static: bool, nulls: bool = True) -> tuple[Coll, Coll]:
+    """Left ``(case, k, t, u)`` and right ``(case, k, t, w)`` tables, many small cases in one."""
+    rng = random.Random(seed)
+    kw: dict[str, Any] = {"value_range": 4}
+    if static:
+        kw.update(positive_only=True, time_range=(0, 0))
+    left, right = [], []
+    for case in range(n_cases):
+        a = random_coll(rng, ["k", "t", "u"], rng.randint(0, 7), lat, **kw)
+        b = random_coll(rng, ["k", "t", "w"], rng.randint(0, 7), lat, **kw)
+        if nulls:
+            a, b = _nulled(rng, a, (0, 1)), _nulled(rng, b, (0, 1, 2))
+        left += [((case, *d), t, r) for d, t, r in a.updates]
+        right += [((case, *d), t, r) for d, t, r in b.updates]
+    return Coll(("case", "k", "t", "u"), left), Coll(("case", "k", "t", "w"), right)
+
+
+def _spec(option: tuple) -> Spec:
+    direction, exact, tol, how, nulls_equal, _ = option
+    return Spec((0, 1), (0, 1), 2, 2, (3,), direction, exact, tol, how, nulls_equal)
+
+
+def _shape(option: tuple) -> tuple[list[str], Any]:
+    """The output columns and the oracle's output row for an option."""
+    how, shared = option[3], option[5]
+    if how in ("semi", "anti"):
+        return (["case", "k", "t", "u"] if shared else ["case", "k", "x", "u"]), (lambda lr, rr: tuple(lr))
+
+    def row(lr: tuple | None, rr: tuple | None) -> tuple:
+        key = lr[:2] if lr is not None else rr[:2]
+        if shared:
+            t = lr[2] if lr is not None else rr[2]
+            return (*key, t, lr[3] if lr else None, rr[3] if rr else None)
+        return (*key, *(lr[2:] if lr else (None, None)), *(rr[2:] if rr else (None, None)))
+
+    return (["case", "k", "t", "u", "w"] if shared else ["case", "k", "x", "u", "v", "w"]), row
+
+
+def _call(left: Any, right: Any, option: tuple) -> Any:
+    direction, exact, tol, how, nulls_equal, shared = option
+    kw: dict[str, Any] = {"on": "t"} if shared else {"left_on": "x", "right_on": "v"}
+    if not shared:
+        left, right = left.withColumnRenamed("t", "x"), right.withColumnRenamed("t", "v")
+    return left.dd_merge_asof(right, by=["case", "k"], tolerance=tol, direction=direction,
+                              allow_exact_matches=exact, how=how, nulls_equal=nulls_equal, **kw)
+
+
+def _table(spark: Any, c: Coll) -> Any:
+    """A collection at one time with positive diffs as a plain table: each update ``diff`` rows."""
+    rows = [d for d, _, r in c.updates for _ in range(r)]
+    schema = T.StructType([T.StructField(n, T.LongType(), True) for n in c.cols])
+    return spark.createDataFrame(rows, schema)
+
+
+def test_plain_tables_against_brute_force(spark) -> None:
+    """Every option of OPTIONS on random plain tables, checked by one Spark job."""
+    checks = []
+    for i, option in enumerate(OPTIONS):
+        a, b = _cases(11 + i, Total(), 12, static=True)
+        cols, row = _shape(option)
+        out = _call(_table(spark, a), _table(spark, b), option)
+        assert out.columns == cols and "time" not in out.columns
+        want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
+                        Counter(d for d, _, r in b.updates for _ in range(r)), row)
+        checks.append((f"{option}", out, list(want.elements())))
+    assert_all(spark, checks)
+
+
+def _pandas_rows(df: pd.DataFrame) -> Counter:
+    def clean(v: Any) -> Any:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return None
+        return int(v) if isinstance(v, float) and v == int(v) else v
+
+    return Counter(tuple(clean(v) for v in r) for r in df.itertuples(index=False))
+
+
+def test_plain_tables_against_pandas(spark) -> None:
+    """pandas ``merge_asof`` as a second oracle: a right table sorted by (on, other columns)
+    makes pandas' last/first of tied rows ours.  Every direction, exact or not, tolerance or not."""
+    checks = []
+    for direction in ("backward", "forward", "nearest"):
+        a, b = _cases(40 + len(direction), Total(), 10, static=True, nulls=False)
+        left, right = _table(spark, a), _table(spark, b)
+        pl = pd.DataFrame([d for d, _, r in a.updates for _ in range(r)], columns=list(a.cols)).sort_values(
+            "t", kind="stable")
+        pr = pd.DataFrame([d for d, _, r in b.updates for _ in range(r)], columns=list(b.cols)).sort_values(["t", "w"])
+        for exact, tol in ((True, None), (False, 1)):
+            ours = left.dd_merge_asof(right, on="t", by=["case", "k"], tolerance=tol, direction=direction,
+                                      allow_exact_matches=exact)
+            theirs = pd.merge_asof(pl, pr, on="t", by=["case", "k"], tolerance=tol, direction=direction,
+                                   allow_exact_matches=exact)
+            checks.append((f"{direction} {exact} {tol}", ours, list(_pandas_rows(theirs).elements())))
+    assert_all(spark, checks)
+
+
+@pytest.mark.parametrize("name", list(LATTICES))
+def test_collections_against_brute_force(spark, name: str) -> None:
+    """Every option on collections: the snapshot at every time is the join of the snapshots
+    (one Spark job per time type)."""
+    lat = LATTICES[name]
+    a, b = _cases(7 + len(name), lat, 8, static=False)
+    left, right = to_df(spark, a, lat), to_df(spark, b, lat)
+    checks = []
+    for option in OPTIONS if name == "int" else OPTIONS[::2]:
+        cols, row = _shape(option)
+        want = ref_merge_asof(a, b, _spec(option), lat, cols, row)
+        out = _call(left, right, option)
+        assert [c for c in out.columns if c not in ("time", "diff")] == cols
+        checks.append((f"{option}", out, [(*d, t, r) for d, t, r in want.updates]))
+    assert_all(spark, checks)
+
+
+def test_collections_on_every_handler(spark, caplog) -> None:
+    """A fused pipeline, a loop in one task and on the distributed path, an incremental view."""
+    lat = Total()
+    a, b = _cases(3, lat, 6, static=False, nulls=False)
+    left, right = to_df(spark, a, lat), to_df(spark, b, lat)
+    option = OPTIONS[0]
+    cols, row = _shape(option)
+    # a small pipeline inside one task: the second operator of a chain over local rows
+    caplog.set_level(logging.INFO, logger="spark_differential.fused")
+    caplog.clear()
+    fused = left.dd_distinct().dd_merge_asof(right, on="t", by=["case", "k"])
+    assert "runs inside one task" in caplog.text
+    assert_matches(fused, ref_merge_asof(ref_distinct(a, lat), b, _spec(option), lat, cols, row))
+    # a loop: the fixed point of v = semi(distinct(v + a)) against b, in one task and distributed
+    semi = ("backward", True, None, "semi", False, True)
+    _, srow = _shape(semi)
+
+    def body(v: Any) -> Any:
+        return v.dd_concat(left).dd_distinct().dd_merge_asof(right, on="t", by=["case", "k"], how="semi")
+
+    def ref_body(x: Counter, roots: Counter, bb: Counter) -> Counter:
+        both = x.copy()
+        both.update(roots)
+        return snapshot(_spec(semi), Counter({d: 1 for d, m in both.items() if m > 0}), +bb, srow)
+
+    want = ref_iterate(a, ref_body, lat, others=[a, b])
+    for rows in ("1000000", "0"):
+        spark.conf.set("spark_differential.iterate.localRows", rows)
+        try:
+            assert_matches(left.dd_iterate(body), want)
+        finally:
+            spark.conf.unset("spark_differential.iterate.localRows")
+
+
+def test_collections_in_an_incremental_view(spark, tmp_path) -> None:
+    lat = Total()
+    a, b = _cases(5, lat, 5, static=False, nulls=False)
+    inputs = {"a": a, "b": b}
+    steps = schedule(random.Random(2), lat, inputs, 3, 6)
+    option = OPTIONS[2]
+    cols, row = _shape(option)
+
+    def query(a: Any, b: Any) -> Any:
+        return _call(a, b, option)
+
+    got = run_view(spark, str(tmp_path / "view"), query, inputs, steps, lat)
+    want = expected(lambda c: ref_merge_asof(c["a"], c["b"], _spec(option), lat, cols, row), inputs, steps[-1][0], lat)
+    assert_updates_equal(consolidate(got), want)
+
+
+def test_plain_tables_split_into_ranges(spark) -> None:
+    """A key's timeline cut into ranges of the match value (each range carrying the right rows
+    next to it): the same rows as the oracle, keyed (ranges=3) and key-less (ranges=4, and
+    the automatic choice), one Spark job."""
+    options = [o for o in OPTIONS if o[3] not in ("right", "full")] + [("backward", True, None, "full", False, True)]
+    checks = []
+    for i, option in enumerate(options):
+        a, b = _cases(70 + i, Total(), 10, static=True)
+        cols, row = _shape(option)
+        left, right = _table(spark, a), _table(spark, b)
+        want = snapshot(_spec(option), Counter(d for d, _, r in a.updates for _ in range(r)),
+                        Counter(d for d, _, r in b.updates for _ in range(r)), row)
+        direction, exact, tol, how, nulls_equal, shared = option
+        kw: dict[str, Any] = {"on": "t"} if shared else {"left_on": "x", "right_on": "v"}
+        if not shared:
+            left, right = left.withColumnRenamed("t", "x"), right.withColumnRenamed("t", "v")
+        out = left.dd_merge_asof(right, by=["case", "k"], tolerance=tol, direction=direction,
+                                 allow_exact_matches=exact, how=how, nulls_equal=nulls_equal, ranges=3, **kw)
+        checks.append((f"keyed {option}", out, list(want.elements())))
+        # key-less: each side's case as a data column
+        lk = left.drop("k")
+        rk = right.drop("k").withColumnRenamed("case", "rcase")
+        out = lk.dd_merge_asof(rk, tolerance=tol, direction=direction, allow_exact_matches=exact, how=how,
+                               ranges=4 if i else None, **kw)
+        spec = Spec((), (), 1, 1, (0, 2), direction, exact, tol, how, nulls_equal)
+        if how in ("semi", "anti"):
+            shape = lambda lr, rr: tuple(lr)  # noqa: E731
+        else:
+            def shape(lr: tuple | None, rr: tuple | None, shared: bool = shared) -> tuple:
+                if shared:
+                    return (*(lr if lr else (None, rr[1], None)), *((rr[0], rr[2]) if rr else (None, None)))
+                return (*(lr if lr else (None, None, None)), *(rr if rr else (None, None, None)))
+        lrows = Counter((c, t, u) for (c, _, t, u), _, r in a.updates for _ in range(r))
+        rrows = Counter((c, t, w) for (c, _, t, w), _, r in b.updates for _ in range(r))
+        checks.append((f"key-less {option}", out, list(snapshot(spec, lrows, rrows, shape).elements())))
+    assert_all(spark, checks)
