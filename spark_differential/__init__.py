@@ -118,37 +118,6 @@ def _base_handlers() -> tuple[_seam.Handler, ...]:
 
 _seam.provide(_base_handlers)
 
-METHODS = {
-    name: Deferred(name, functools.partial(_load, name))
-    for name in (
-        "dd_consolidate",
-        "dd_as_of",
-        "dd_negate",
-        "dd_concat",
-        "dd_join",
-        "dd_semijoin",
-        "dd_antijoin",
-        "dd_reduce",
-        "dd_count",
-        "dd_sum",
-        "dd_min",
-        "dd_max",
-        "dd_distinct",
-        "dd_threshold",
-        "dd_top_k",
-        "dd_iterate",
-        "differentiate",
-        "integrate",
-        "dd_asof_join",
-        "dd_merge_asof",
-        "dd_delay",
-        "dd_arrange",
-        "dd_to_intervals",
-    )
-}
-
-register(METHODS)
-
 
 class _Package(types.ModuleType):
     """The package module: ``sql`` and ``incremental`` are both a public function and a
@@ -205,3 +174,12 @@ __all__ = [
     "dd_arrange",
     "dd_to_intervals",
 ]
+
+# the DataFrame methods (SPEC section 3): every ``dd_*`` name, ``differentiate`` and ``integrate``
+METHODS = {
+    name: Deferred(name, functools.partial(_load, name))
+    for name in __all__
+    if name.startswith("dd_") or name in ("differentiate", "integrate")
+}
+
+register(METHODS)
