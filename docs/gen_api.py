@@ -60,7 +60,7 @@ def render() -> str:
             entry(("" if n.startswith("dd_") or n in ("differentiate", "integrate") else "sd.") + n, fn)
     out += ["## Incremental views", "", "See [incremental.md](incremental.md).", ""]
     entry("sd.incremental", sd.incremental)
-    for n in ("update", "frontier", "batch_id", "foreach_batch"):
+    for n in ("update", "frontier", "batch_id", "foreach_batch", "break_lock"):
         entry(f"IncrementalView.{n}", getattr(sd.IncrementalView, n))
     out += ["## spark_differential.algorithms", ""]
     for n in ALGORITHMS:

@@ -122,26 +122,76 @@ class Files:
             stream.close()
         return bytes(data).decode("utf-8")
 
-    def write_text_atomic(self, p: str, text: str) -> None:
-        """Write to a temporary name in the same directory, then rename to ``p``."""
-        d, name = p.rsplit("/", 1)
-        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        data = text.encode("utf-8")
+    def _local(self, p: str) -> str | None:
+        """``p`` as a path of this machine when the filesystem is the local one (``None``: another one)."""
         if self._jvm is None:
-            with open(tmp, "wb") as fh:
+            return p
+        if str(self._fs.getUri().getScheme()) == "file":
+            return str(self._path(p).toUri().getPath())
+        return None
+
+    def create_exclusive(self, p: str, text: str) -> bool:
+        """Create the file ``p`` holding ``text`` unless it exists (then ``False``), in one step
+        that a concurrent creator cannot interleave with (local filesystem, HDFS; S3A has no
+        such create, so there it is best effort)."""
+        data = text.encode("utf-8")
+        local = self._local(p)
+        if local is not None:
+            try:
+                fd = os.open(local, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, p)
-            return
-        out = self._fs.create(self._path(tmp), True)
+            return True
+        try:
+            out = self._fs.create(self._path(p), False)
+        except Exception:  # noqa: BLE001 - FileAlreadyExistsException through py4j, or a real failure
+            if self.exists(p):
+                return False
+            raise
         try:
             out.write(bytearray(data))
         finally:
             out.close()
-        if not self._fs.rename(self._path(tmp), self._path(p)):
-            self.delete(tmp)
-            raise IncrementalStateError(f"sd.incremental: could not rename {tmp} to {p}")
+        return True
+
+    def write_text_atomic(self, p: str, text: str) -> None:
+        """Write to a temporary name in the same directory, then move it to ``p``, which must not
+        exist: :class:`IncrementalStateError` if another writer made it meanwhile (never overwritten)."""
+        d, name = p.rsplit("/", 1)
+        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+        data = text.encode("utf-8")
+        local, local_tmp = self._local(p), self._local(tmp)
+        if local is not None and local_tmp is not None:
+            with open(local_tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(local_tmp, local)  # fails when ``p`` exists, unlike a rename
+                moved = True
+            except FileExistsError:
+                moved = False
+            finally:
+                os.remove(local_tmp)
+        else:
+            out = self._fs.create(self._path(tmp), True)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            moved = bool(self._fs.rename(self._path(tmp), self._path(p)))  # HDFS: false when ``p`` exists
+            if not moved:
+                self.delete(tmp)
+        if not moved:
+            raise IncrementalStateError(
+                f"sd.incremental: could not commit {p}: "
+                + ("another writer committed it first (two writers on one path); this update was not committed"
+                   if self.exists(p) else "the filesystem refused the rename")
+            )
 
     def size(self, p: str) -> int:
         """Bytes of the files under ``p`` (a file or a directory)."""

@@ -74,6 +74,7 @@ from spark_differential.incremental.inputs import (
     incoming,
 )
 from spark_differential.incremental.lift import lift, lift_updates, upset_coefficients
+from spark_differential.incremental.lock import WriterLock
 from spark_differential.incremental.manifest import RERUN, TRACED, State, Update
 from spark_differential.incremental.storage import Operator
 from spark_differential.incremental.store import Store
@@ -120,6 +121,7 @@ class IncrementalView:
         # traced strategy: each stateful operator's kernel inputs of the last update (name, DataFrames), for inspection
         self.last_kernel_inputs: list[tuple[str, list[DataFrame]]] = []
         self._store = Store(spark, path)
+        self._lock = WriterLock(self._store.files)
         self.path = self._store.root
 
     @property
@@ -182,6 +184,26 @@ class IncrementalView:
         check_late(op, late)
         if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
             raise TypeError(f"{op}: batch_id must be an int (e.g. foreachBatch's batch id), got {batch_id!r}")
+        self._lock.acquire()  # one writer per path (spark_differential.incremental.lock)
+        try:
+            return self._update(op, upto, batch_id, late, inputs)
+        finally:
+            self._lock.release()
+
+    def break_lock(self) -> dict[str, object] | None:
+        """Break the lock of a writer that was killed while updating this view on another host
+        (one killed on this host is broken by the next update): what the lock said, or ``None``.
+
+        Only when that writer is surely gone: a live writer and this one would then race, and
+        the later to commit would fail.
+
+        >>> import spark_differential as sd, tempfile
+        >>> sd.incremental(tempfile.mkdtemp(), lambda edges: edges).break_lock() is None
+        True
+        """
+        return self._lock.break_()
+
+    def _update(self, op: str, upto: Any, batch_id: int | None, late: str, inputs: dict[str, DataFrame]) -> DataFrame:
         store = self._store
         state = store.state()
         if batch_id is not None and state is not None and state.batch_id is not None and batch_id <= state.batch_id:
