@@ -33,6 +33,7 @@ before it starts, a negative multiplicity) fail the job with a message naming
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -57,6 +58,7 @@ from spark_differential.errors import (
     TimeTypeError,
     TimeTypeMismatchError,
 )
+from spark_differential.io.arrow import is_arrow, to_spark
 from spark_differential.trace.spark import consolidated_collection
 
 #: the metadata columns of Delta's change data feed and Iceberg's changelog view
@@ -119,7 +121,7 @@ def _guarded_time(col: Column, ttype: TimeType) -> Column:
     return null_guard(col, ttype.encode_column(col), "time")
 
 
-def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
+def from_change_feed(df: DataFrame | Any, time: str = "_commit_version") -> DataFrame:
     """A Delta change data feed (or Iceberg changelog) to a collection.
 
     Each row of ``df`` is one changed row of the table, with the table's columns and
@@ -138,7 +140,10 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
     "carry-over" rows (a row deleted and re-inserted by one commit) cancel out.
 
     Read a feed with ``spark.read.format("delta").option("readChangeFeed", "true")
-    .option("startingVersion", 0).table(name)``.  An unknown or null
+    .option("startingVersion", 0).table(name)``, or without Spark's Delta connector
+    through delta-rs: ``sd.from_change_feed(DeltaTable(path).load_cdf(starting_version=0))``
+    (Arrow data, any Arrow stream, becomes a DataFrame of the active session, with the
+    types Spark takes: :mod:`spark_differential.io.arrow`).  An unknown or null
     ``_change_type`` fails the job with :class:`ChangeDataError`.
 
     >>> import spark_differential as sd
@@ -161,7 +166,7 @@ def from_change_feed(df: DataFrame, time: str = "_commit_version") -> DataFrame:
     <BLANKLINE>
     """
     op = "from_change_feed"
-    df = _require_df(df, op)
+    df = _require_df(to_spark(df, op) if is_arrow(df) else df, op)
     if "_change_type" not in df.columns:
         raise MissingColumnError(
             f"{op}: no `_change_type` column (columns: {df.columns}); read the table's change feed, e.g. "
