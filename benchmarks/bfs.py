@@ -225,6 +225,64 @@ def ours_run(spark: Any, nodes: int, edges: int, changes: int, seed: int, batch:
             "result": result, "updates": updates, "iterations": handler.rows}
 
 
+def forced_run(spark: Any, args: Any, n: int) -> dict[str, Any]:
+    """:func:`ours_run` with ``localRows`` at ``--cliff``: the loop forced out of one task (into
+    slices of time, or the distributed loop); ``paths`` says which, from the library's log."""
+    key = "spark_differential.iterate.localRows"
+    spark.conf.set(key, str(args.cliff))
+    handler = _Messages()
+    lg = logging.getLogger("spark_differential.iterate")
+    lg.addHandler(handler)
+    try:
+        out = ours_run(spark, args.nodes, args.edges, n, args.seed, 1, args.ours_limit)
+    finally:
+        spark.conf.unset(key)
+        lg.removeHandler(handler)
+    out["paths"] = [m for m in handler.messages if "slices of time" in m or "running distributed" in m][:3]
+    return out
+
+
+class _Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def same_rows(a: Any, b: Any) -> bool:
+    """Whether two answers hold the same rows: their row counts and the sums of a 64-bit hash
+    of every row (as exact decimals) agree.  Both answers are consolidated (one row per node,
+    distance and time), so this compares them as sets, one aggregate job each, where an
+    ``exceptAll`` would sort ~80 M rows twice at 10^7 changes."""
+    from pyspark.sql import functions as F
+
+    def print_(df: Any) -> tuple:
+        h = F.xxhash64("node", "dist", "time", "diff").cast("decimal(38,0)")
+        return tuple(df.agg(F.count(F.lit(1)), F.sum(h)).first())
+
+    return print_(a) == print_(b)
+
+
+def at_samples(updates: Any, result: Any, samples: int, seed: int) -> Any:
+    """The rows of ``result`` that :func:`check` reads (every row at or before its last sampled
+    time), summed per sampled interval in Spark: a few rows per node instead of the whole
+    answer on the driver (10^7 changes: ~80 M rows).  Each row is placed at the first sampled
+    time at or after its own, which accumulates to the same answer at every sampled time."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    times = np.unique(updates["time"].to_numpy())
+    rng = np.random.default_rng(seed)  # the sample check() draws
+    picked = sorted(set(rng.choice(times, size=min(samples, len(times)), replace=False).tolist()) | {int(times[-1])})
+    edges = F.array(*[F.lit(int(t)) for t in picked])
+    at = F.element_at(F.filter(edges, lambda t: t >= F.col("time")), 1)
+    rows = (result.select("node", "dist", at.alias("time"), "diff").where(F.col("time").isNotNull())
+            .groupBy("node", "dist", "time").agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0))
+    return pd.DataFrame(rows.collect(), columns=["node", "dist", "time", "diff"])
+
+
 def settle(spark: Any) -> None:
     """A garbage collection of this process and of the JVM before one of our runs (not timed):
     each run starts with the heap as clean as the last one's, instead of paying for the
@@ -249,7 +307,7 @@ def measure_ours(label: str, fn: Any, res: dict[str, Any], repeat: int) -> Measu
         loaded.append(res["seconds_with_input_load"])
         log(f"{label}: run {len(runs)}/{repeat}: {fmt_seconds(res['seconds'])}")
 
-    m = measure(label, one, repeat=repeat, quiet=True)
+    m = measure(label, one, repeat=repeat, quiet=True, rss=True)
     if m.ok:
         m.extra["seconds_with_input_load"] = round(min(loaded), 3)
         m.runs, m.seconds = runs, min(runs)
@@ -277,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pathway", action="store_true")
     ap.add_argument("--ours-up-to", type=int, default=None,
                     help="run ours only for sizes up to this many changes (larger: peers only, ours 'skipped')")
+    ap.add_argument("--cliff", type=int, default=0, metavar="ROWS",
+                    help="also run ours at every size with spark_differential.iterate.localRows=ROWS (far below the "
+                         "input: forced out of one task) and report its time over the default run's (0: skip)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.changes or ("2000" if args.quick else "10000,100000,1000000")).split(",")]
     limit = args.time_limit
@@ -325,9 +386,20 @@ def main(argv: list[str] | None = None) -> int:
         if m.ok and py.get("changes") is not None:
             report.check(f"{case}: distance changes ours == Python recompute", res["changes"] == py["changes"],
                          f"{res['changes']} vs {py['changes']}")
+        if m.ok and args.cliff:
+            forced: dict[str, Any] = {}
+            fm = measure_ours(f"bfs (dd_iterate), {n:,} changes, localRows={args.cliff:,}",
+                              lambda n=n, forced=forced: forced.update(forced_run(spark, args, n)), forced, repeat)
+            if fm.ok:
+                fm.extra.update(output_changes=forced["changes"], paths=forced["paths"])
+                report.check(f"{case}: localRows={args.cliff:,} gives the default run's rows",
+                             same_rows(res["result"], forced["result"]), f"{forced['changes']} vs {res['changes']}")
+            report.add(f"{case}: localRows={args.cliff:,} (forced out of one task) vs default", fm, m,
+                       note="ratio = default time / forced time (no cliff: at least 0.5)")
         if m.ok and args.check:
             try:
-                k = check(res["updates"], res["result"].toPandas(), args.check, args.seed)
+                k = check(res["updates"], at_samples(res["updates"], res["result"], args.check, args.seed), args.check,
+                          args.seed)
                 report.check(f"{case}: exact distances at {k} sampled times", True)
             except AssertionError as e:  # recorded, and the run goes on to the peers
                 report.check(f"{case}: exact distances at sampled times", False, str(e))
@@ -350,6 +422,12 @@ def main(argv: list[str] | None = None) -> int:
         if m.ok:
             for it in m.extra["iterations"]:
                 log(f"  {case}: iteration {it['iteration']}: {it['differences']} differences, {it['seconds']}s")
+    ours_at = {n: r.ours.seconds for n in done for r in report.rows
+               if r.case == f"{n:,} changes, distinct times" and r.ours.ok}
+    for small, large in zip(done, done[1:]):
+        if small in ours_at and large in ours_at:
+            report.note(f"ours: {large:,} changes took {ours_at[large] / ours_at[small]:.2f}x the time of {small:,} "
+                        f"({large / small:.0f}x the changes)")
     if compare is not None and compare in done and batched_runs:
         n = compare
         b = args.batch_compare

@@ -31,11 +31,12 @@ from oracle import Coll, Total, consolidate  # noqa: E402
 
 # join_count runs as one task (a small pipeline: spark_differential.intask.pipeline); join_count_by_operator
 # the same operator by operator (spark_differential.pipeline.localRows=0)
-JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked")
+JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked", "bfs_sliced")
 KEYS = ["case", "k"]
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 PIPELINE_ROWS = "spark_differential.pipeline.localRows"
 CHUNK_ROWS = "spark_differential.iterate.chunkRows"
+SPREAD = "spark_differential.iterate.localSpread"
 
 
 def _graph(seed: int, nodes: int = 12, n: int = 30) -> tuple[Coll, Coll]:
@@ -148,7 +149,9 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     data = inputs()
     kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked")
     spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and kernels_fail else "false")
-    spark.conf.set(LOCAL_ROWS, "1000000" if name == "bfs_in_task" else "0")
+    spark.conf.set(LOCAL_ROWS, "1000000" if name in ("bfs_in_task", "bfs_sliced") else "0")
+    # in slices of time, a task each (engine.chunks.Spread)
+    spark.conf.set(SPREAD, "always" if name == "bfs_sliced" else "auto")
     spark.conf.set(PIPELINE_ROWS, "0" if name == "join_count_by_operator" else "100000")
     # the distributed loop in time chunks: its join gathers the edges per key (kernels.gather)
     spark.conf.set(CHUNK_ROWS, "8" if name == "bfs_chunked" else "auto")
@@ -167,7 +170,7 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
                 rows = rows_of(c.dd_reduce(by=KEYS, func=_top2_func(faults), schema="x long"))
             else:
                 edges, roots = to_df(spark, data["edges"], Total()), to_df(spark, data["roots"], Total())
-                rows = rows_of(_bfs(edges, roots, fail_user=faults and name == "bfs_in_task"))
+                rows = rows_of(_bfs(edges, roots, fail_user=faults and name in ("bfs_in_task", "bfs_sliced")))
     finally:
         for logger in loggers:
             logger.removeHandler(handler)
@@ -175,10 +178,12 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
         spark.conf.unset(LOCAL_ROWS)
         spark.conf.unset(PIPELINE_ROWS)
         spark.conf.unset(CHUNK_ROWS)
+        spark.conf.unset(SPREAD)
     return {
         "rows": sorted([list(d), t, r] for d, t, r in rows),
         "log": [m for m in handler.messages
-                if "changes" in m or "inside one task" in m or "distributed" in m or "time chunks" in m],
+                if "changes" in m or "inside one task" in m or "distributed" in m or "time chunks" in m
+                or "slices of time" in m],
         "failed_attempts": _failed_attempts(spark, jobs.job_ids),
     }
 

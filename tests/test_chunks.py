@@ -19,7 +19,7 @@ from test_iterate import batched_graphs, bfs, interval_edges, prefixed
 import spark_differential as sd
 from spark_differential.core import lattice
 from spark_differential.core.settings import CHUNK_ROWS as CONF
-from spark_differential.engine.chunks import Chunks
+from spark_differential.engine.chunks import Chunks, Spread, plan_spread
 from spark_differential.errors import ConfigurationError
 from spark_differential.intask import chunking
 from spark_differential.loop import distributed as loop_distributed
@@ -70,6 +70,36 @@ def test_chunked_form_accumulates_per_chunk_and_unchunks(spark):
                 assert acc(mine, t, lat) == acc(coll, t, lat), (width, c, t)
         back = chunks.unchunked(chunks.chunked(df))
         assert_matches(back.dd_consolidate(), Coll(coll.cols, consolidate(coll.updates)))
+
+
+@pytest.mark.parametrize("starts", [(0, 5, 6, 17), (0, 1), (0, 23)])
+def test_spread_form_accumulates_per_slice_from_its_snapshot(spark, starts):
+    """Slice ``g``'s rows alone accumulate, at every time of the slice and at its snapshot's
+    time ``starts[g] - 1``, to the collection itself; its other times hold nothing."""
+    rng = random.Random(4)
+    lat = Total()
+    hi = 23
+    cases = [_random_updates(rng, rng.randint(1, 25), hi) for _ in range(12)]
+    coll = Coll(("case", "k", "v"), [((c, *d), t, r) for c, ups in enumerate(cases) for d, t, r in ups])
+    spread = Spread(lattice.Total("long"), starts)
+    form = spread.spread(to_df(spark, coll, lat)).collect()
+    ends = (*starts[1:], hi + 1)
+    for g, (lo, end) in enumerate(zip(starts, ends)):
+        mine = [((r["case"], r["k"], r["v"]), r["time"], r["diff"]) for r in form if r["_sd_part"] == g]
+        assert all(lo <= t < end or (g and t == lo - 1) for _, t, _ in mine), (g, mine)
+        for t in range(lo - 1 if g else lo, end):
+            assert acc(mine, t, lat) == acc(coll, t, lat), (starts, g, t)
+    assert spread.drops() == (None, *(s - 1 for s in starts[1:]))
+
+
+def test_spread_plan_cuts_time_at_quantiles_and_refuses_a_large_state(spark):
+    rows = [(k % 50, t, 1) for t in range(400) for k in (t, t + 1)]
+    df = sd.collection(spark.createDataFrame(rows, "k long, time long, diff long"))
+    plan = plan_spread(lattice.Total("long"), [df], per_task=300, tasks=2)
+    assert plan is not None and plan.starts[0] == 0 and list(plan.starts) == sorted(set(plan.starts))
+    assert 3 <= plan.count <= 5, plan  # 800 updates, 50 live: about 250 a slice
+    assert plan_spread(lattice.Total("long"), [df], per_task=300, tasks=8).count >= 7  # a slice per core
+    assert plan_spread(lattice.Total("long"), [df], per_task=90, tasks=2) is None  # 50 live of 90: no room
 
 
 def test_chunked_form_of_dates(spark):

@@ -47,8 +47,9 @@ def _run(args: list[str], timeout: int = 900) -> str:
 def test_bfs_example_on_local_cluster(local_rows):
     """Two executor JVMs with their own Python workers: no state may live on the driver,
     whether the loop runs inside one task or iteration by iteration."""
+    # small: on the distributed path every iteration is two jobs over two executors
     out = _run([
-        "examples/bfs.py", "--nodes", "30", "--edges", "60", "--changes", "40", "--check", "15",
+        "examples/bfs.py", "--nodes", "12", "--edges", "24", "--changes", "12", "--check", "6",
         "--master", "local-cluster[2,1,1024]", "--partitions", "4", "--local-rows", local_rows,
     ])
     assert "distance changes" in out and "OK" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections import Counter
 
 import pytest
@@ -524,29 +525,55 @@ def test_bfs_in_time_chunks_on_both_paths(spark, path, caplog, chunk_rows):
         assert ran and all("time chunks" in m for m in ran), ran
 
 
-def test_bfs_in_time_chunks_spread_over_tasks(spark, caplog):
-    """Chunks planned on the driver, one task per partition running the loop over its
-    chunks, the answers consolidated across chunks by Spark: against the oracle."""
+@pytest.mark.parametrize("seed", connect_params([23, 31]))
+def test_bfs_spread_over_slices_of_time(spark, caplog, seed):
+    """``localSpread=always``: slices of time planned by one job, a task each (its loop
+    from the slice's snapshot), no answer meeting another's: against the oracle."""
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-    spark.conf.set("spark_differential.iterate.chunkRows", "6")
     spark.conf.set("spark_differential.iterate.localSpread", "always")
     try:
-        check_random_bfs(spark, Total(), 23, 8)
+        check_random_bfs(spark, Total(), seed, 8)
     finally:
-        spark.conf.unset("spark_differential.iterate.chunkRows")
         spark.conf.unset("spark_differential.iterate.localSpread")
-    ran = [r.getMessage() for r in caplog.records if "inside one task" in r.getMessage()]
-    assert ran and all("one task per partition" in m for m in ran), ran
+    ran = [r.getMessage() for r in caplog.records if "slices of time, each inside a task" in r.getMessage()]
+    assert ran, [r.getMessage() for r in caplog.records]
 
 
-def test_loop_too_large_for_one_task_moves_on(spark, caplog):
-    """A task that would hold more than localRows rows stops reading; the loop then runs
-    spread over tasks by time chunks, or distributed, with the same answer."""
+@pytest.mark.parametrize("kind", ["date", "timestamp", "int"])
+def test_spread_over_slices_of_other_time_types_matches_one_task(spark, caplog, kind):
+    """Dates, timestamps and ints as times: the loop in slices of time gives one task's rows
+    (each slice's snapshot lands at the time just before the slice, in the time's own type)."""
+    edges, roots, _ = batched_graphs(37, 8, Total())
+    day = F.lit("2021-03-01").cast("date")
+    as_time = {"date": lambda c: F.date_add(day, c.cast("int")),
+               "timestamp": lambda c: F.timestamp_micros(F.lit(1_600_000_000_000_000) + c * 1000),
+               "int": lambda c: c.cast("int")}[kind]
+    e, r = (to_df(spark, x, Total()).withColumn("time", as_time(F.col("time"))) for x in (edges, roots))
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-    spark.conf.set(LOCAL_ROWS, "20")
+    got = {}
+    for mode in ("off", "always"):
+        spark.conf.set("spark_differential.iterate.localSpread", mode)
+        try:
+            got[mode] = sorted(tuple(x) for x in bfs(r, e, keys=("case", "node")).collect())
+        finally:
+            spark.conf.unset("spark_differential.iterate.localSpread")
+    assert got["always"] == got["off"] and got["off"]
+    assert any(re.search(r"in [2-9] slices of time, each inside a task", m.getMessage()) for m in caplog.records)
+
+
+@pytest.mark.parametrize("spread", ["auto", "off"])
+def test_loop_too_large_for_one_task_moves_on(spark, caplog, spread):
+    """Input above localRows: the loop runs in slices of time, a task each (``auto``), or
+    distributed (``off``), with the same answer."""
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, "60")
+    spark.conf.set("spark_differential.iterate.localSpread", spread)
     try:
         check_random_bfs(spark, Total(), 29, 8)
     finally:
         spark.conf.unset(LOCAL_ROWS)
+        spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.records]
-    assert any("one task would hold more than 20 input rows" in m for m in messages), messages
+    spread_ran = any("slices of time, each inside a task" in m for m in messages)
+    assert spread_ran == (spread == "auto"), messages
+    assert any("running distributed" in m for m in messages) == (spread == "off"), messages

@@ -98,6 +98,16 @@ def _table(spark: Any, c: Coll) -> Any:
     return spark.createDataFrame(rows, schema)
 
 
+def test_the_batched_check_reports_surplus_and_missing_rows(spark) -> None:
+    """``asof_support.assert_all`` (every as-of check of the suite goes through it) fails
+    on a wrong multiplicity, a missing row and an extra row, naming the check."""
+    df = spark.createDataFrame([(1, "a"), (1, "a"), (2, None)], "x long, y string")
+    assert_all(spark, [("right", df, [(1, "a"), (2, None), (1, "a")])])
+    for wrong in ([(1, "a"), (2, None)], [(1, "a"), (1, "a"), (2, None), (3, "c")], [(1, "a"), (1, "a"), (2, "b")]):
+        with pytest.raises(AssertionError, match="wrong: (unexpected|missing)"):
+            assert_all(spark, [("right", df, [(1, "a"), (1, "a"), (2, None)]), ("wrong", df, wrong)])
+
+
 def test_plain_tables_against_brute_force(spark) -> None:
     """Every option of OPTIONS on random plain tables, checked by one Spark job."""
     checks = []

@@ -5,7 +5,7 @@
 * ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
   (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
   small pipeline, ``spark_differential.intask.pipeline``) and operator by operator, also with its
-  kernels failing their first attempt; the BFS on local-cluster runs in
+  kernels failing their first attempt, and a BFS in slices of time; the BFS on local-cluster runs in
   ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
   (in one task and operator by operator) and of a distributed BFS fails its first attempt (the test-only
@@ -112,7 +112,7 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
 def test_retried_tasks_give_the_rows_of_runs_without_failures():
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
     out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
-                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked")
+                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced")
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -136,6 +136,8 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     # in time chunks, where the join's outer collection is gathered per key by a kernel too
     assert any("time chunks" in m for m in out["bfs_chunked"]["faults"]["log"])
     assert not any("inside one task" in m for m in out["bfs_chunked"]["faults"]["log"])
+    # in slices of time, each slice's task (its user function failing once) retried alone
+    assert any("slices of time, each inside a task" in m for m in out["bfs_sliced"]["faults"]["log"])
 
 
 def test_the_fault_switch_reaches_the_gather_step(spark):
@@ -163,7 +165,7 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 def test_join_count_on_local_cluster_also_with_retried_tasks():
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator",
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced",
                    faults="join_count,join_count_by_operator")
     for job, fused in (("join_count", True), ("join_count_by_operator", False)):
         runs = out[job]
@@ -171,6 +173,10 @@ def test_join_count_on_local_cluster_also_with_retried_tasks():
         assert runs["faults"]["rows"] == runs["plain"]["rows"]
         assert runs["faults"]["failed_attempts"] > 0 and runs["plain"]["failed_attempts"] == 0
         assert any(FUSED in m for m in runs["plain"]["log"]) == fused, (job, runs["plain"]["log"])
+    # a loop in slices of time, each slice's task on either executor
+    sliced = out["bfs_sliced"]["plain"]
+    assert_updates_equal(updates(sliced), expected("bfs_sliced").updates)
+    assert any("slices of time, each inside a task" in m for m in sliced["log"]), sliced["log"]
 
 
 @pytest.mark.connect

@@ -15,3 +15,4 @@ KEY_HASH = "_sd_h"  # 64-bit hash of the key columns (never null; the bucket der
 SIDE = "_sd_side"  # which input of a two-input kernel a row belongs to (0, 1)
 SRC = "_sd_src"  # which source of an in-task program a row belongs to (0: the loop's roots)
 CHUNK = "_sd_chunk"  # the time chunk (its start) a row of a loop cut in time chunks belongs to
+PART = "_sd_part"  # the slice of time a row belongs to (a loop spread over tasks: engine.chunks.Spread)

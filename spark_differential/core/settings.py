@@ -140,14 +140,31 @@ def thread_min_rows(spark: Any) -> int:
     return 0 if explicit else THREAD_MIN_ROWS
 
 
-def local_spread(spark: Any) -> bool:
-    """``localSpread``: ``off`` (the default: one task) or ``always`` (time chunks planned on
-    the driver, one task per partition).  Measured slower than one task at 10^5 BFS changes
-    and than the distributed loop at 10^6 (docs/performance.md), so never chosen by itself."""
-    raw = str(conf.get(spark, LOCAL_SPREAD, "off")).strip().lower()
-    if raw not in ("off", "always"):
-        raise ConfigurationError(f"{LOCAL_SPREAD} must be 'off' or 'always'; got {raw!r}")
-    return raw == "always"
+def local_spread(spark: Any) -> str:
+    """``localSpread``: ``auto`` (the default: a loop too large for one task runs in slices
+    of time, one task each, where its time can be sliced), ``always`` (in slices even when
+    one task would do) or ``off`` (too large for one task: the distributed loop)."""
+    raw = str(conf.get(spark, LOCAL_SPREAD, "auto")).strip().lower()
+    if raw not in ("auto", "off", "always"):
+        raise ConfigurationError(f"{LOCAL_SPREAD} must be 'auto', 'always' or 'off'; got {raw!r}")
+    return raw
+
+
+def parallelism(spark: Any) -> int:
+    """How many tasks the session runs at once: the SparkContext's default parallelism on a
+    classic session; from the master URL on Spark Connect (``local[N]``, ``local-cluster[N,C,M]``),
+    else the shuffle partitions."""
+    if not is_connect(spark):
+        try:
+            return max(1, int(spark.sparkContext.defaultParallelism))
+        except Exception:  # noqa: BLE001 - a session without a SparkContext
+            pass
+    m = master(spark).strip()
+    if (local := re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", m)) is not None:
+        return (os.cpu_count() or 1) if local.group(1) == "*" else max(1, int(local.group(1)))
+    if (cluster := re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", m)) is not None:
+        return max(1, int(cluster.group(1)) * int(cluster.group(2)))
+    return 1 if m == "local" else shuffle_partitions(spark)
 
 
 def chunk_rows(spark: Any) -> int | None:

@@ -37,10 +37,10 @@ from pyspark.sql import functions as F
 
 from spark_differential.core.collection import DIFF, TIME, qcols
 from spark_differential.core.lattice import TimeType, Total
+from spark_differential.core.names import CHUNK, PART
 
 log = logging.getLogger("spark_differential.iterate")
 
-CHUNK = "_sd_chunk"
 AUTO_MIN_ROWS = 2000  # below this many updates per chunk, slicing time costs more than it saves
 # inside one task (spark_differential.intask) a chunk's fixed cost is its snapshot's rows met
 # again at every iteration, while its gain (short key histories) is mostly taken by the traced
@@ -168,3 +168,115 @@ def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> C
         n, live, count, width,
     )
     return Chunks(ttype, lo, width, count)
+
+
+SPREAD_PROBES = 512  # time quantiles the spread plan measures (its slices are cut at them)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Time cut at ``starts`` (encoded, ascending; the first is the lowest time) into
+    slices, each run by a task of its own.
+
+    The *spread form* of a collection ``X`` holds, for slice ``g`` (column :data:`PART`):
+    ``X``'s updates at times of the slice and, for every slice but the first, ``X``
+    accumulated strictly before ``starts[g]``, at the time ``starts[g] - 1`` (its
+    *snapshot*).  Read alone, a slice's rows accumulate at every time from
+    ``starts[g] - 1`` on to exactly ``acc(X, t)``; a computation whose answer at ``t``
+    depends only on its inputs accumulated at ``t`` then gives, on the slice alone, the
+    answer's exact updates at every time of the slice (the update at ``starts[g]`` is
+    the answer there minus the answer at ``starts[g] - 1``, which accumulates everything
+    before).  Each slice's answer is the whole answer's rows at the slice's times once
+    its rows at ``starts[g] - 1`` are dropped: no answer meets another slice's.
+    """
+
+    ttype: Total
+    starts: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def drops(self) -> tuple[int | None, ...]:
+        """For every slice, the encoded time of its snapshot (``None`` for the first)."""
+        return (None, *(s - 1 for s in self.starts[1:]))
+
+    def of(self, time_col: Column) -> Column:
+        """The slice of a time (an int, ``0`` to ``count - 1``)."""
+        leaf = self.ttype.encode_column(time_col)[0]
+        cuts = F.array(*[F.lit(s) for s in self.starts[1:]]) if self.count > 1 else None
+        if cuts is None:
+            return F.lit(0)
+        return F.size(F.filter(cuts, lambda c: c <= leaf)).cast("int")
+
+    def spread(self, df: DataFrame) -> DataFrame:
+        """The spread form of a collection from outside the loop: its columns and :data:`PART`."""
+        data = _data(df)
+        own = df.select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF), self.of(F.col(TIME)).alias(PART))
+        if self.count < 2:
+            return own
+        per = own.groupBy(*qcols(data), PART).agg(F.sum(DIFF).cast("long").alias("_s"))
+        w = Window.partitionBy(*qcols(data)).orderBy(PART)
+        acc = per.select(
+            *qcols(data), PART,
+            F.sum("_s").over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("_acc"),
+            F.lead(PART).over(w).alias("_next"),
+        )
+        # the accumulation after slice g is the snapshot of every later slice up to the next change
+        first = F.col(PART) + F.lit(1)
+        stop = F.coalesce(F.col("_next"), F.lit(self.count - 1))
+        snap = acc.where((F.col("_acc") != 0) & (first <= stop)).select(
+            *qcols(data), F.explode(F.sequence(first, stop)).alias(PART), F.col("_acc").alias(DIFF))
+        before = F.array(*[F.lit(s - 1) for s in self.starts])
+        at = self.ttype.decode_columns([F.element_at(before, F.col(PART) + 1)]).cast(df.schema[TIME].dataType)
+        return own.unionByName(snap.select(*qcols(data), at.alias(TIME), DIFF, PART))
+
+
+def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tasks: int) -> Spread | None:
+    """Slices of time for a loop too large for one task, planned by one job over its entering
+    collections: at most about ``per_task`` updates a slice, a multiple of ``tasks`` slices
+    (each a task: the cores to keep busy), cut at time quantiles.  ``None`` when the time
+    is not totally ordered or the live rows (every slice's snapshot) leave less than half
+    of ``per_task`` for updates: slicing time cannot make such a loop fit a task."""
+    if not isinstance(ttype, Total) or not inputs or per_task <= 0:
+        return None
+    leaf = ttype.encode_column(F.col(TIME))[0]
+    rows = None
+    for df in inputs:
+        g = df.groupBy(*qcols(_data(df))).agg(
+            F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n"))
+        r = g.agg(
+            F.sum("_n").alias("n"), F.sum(F.when(F.col("_s") != 0, 1).otherwise(0)).alias("live"),
+            F.min("_lo").alias("lo"), F.max("_hi").alias("hi"),
+        ).select("n", "live", "lo", "hi", F.lit(None).cast("array<bigint>").alias("q"))
+        rows = r if rows is None else rows.unionByName(r)
+    times = None
+    for df in inputs:
+        t = df.select(leaf.alias("_t"))
+        times = t if times is None else times.unionByName(t)
+    assert rows is not None and times is not None
+    probes = [i / SPREAD_PROBES for i in range(1, SPREAD_PROBES)]
+    q = times.agg(F.percentile_approx("_t", probes, 10 * SPREAD_PROBES).alias("q")).select(
+        *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo", "hi")], "q")
+    got = rows.unionByName(q).collect()
+    sizes = [r for r in got if r["q"] is None and r["n"] is not None and r["lo"] is not None]
+    quantiles = [int(x) for r in got if r["q"] is not None for x in r["q"] if x is not None]
+    if not sizes:
+        return None
+    n = sum(int(r["n"]) for r in sizes)
+    live = sum(int(r["live"]) for r in sizes)
+    lo = min(int(r["lo"]) for r in sizes)
+    room = per_task - live
+    if room < per_task // 2:
+        log.info("dd_iterate: %d live rows leave too little of a task's %d rows to slice time", live, per_task)
+        return None
+    count = max(tasks, -(-n // room))
+    count = -(-count // tasks) * tasks  # whole rounds of tasks: no core idles through a last slice alone
+    cuts = sorted({quantiles[min(len(quantiles) - 1, round(i * len(quantiles) / count))]
+                   for i in range(1, count)} if quantiles else set())
+    starts = (lo, *(c for c in cuts if c > lo))
+    if len(starts) < 2:
+        return None
+    log.info("dd_iterate: %d updates (%d live) over %d slices of time, each in a task of its own",
+             n, live, len(starts))
+    return Spread(ttype, starts)

@@ -48,15 +48,20 @@ data); here the whole loop is one task of one job:
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (:func:`spark_differential.core.settings.local_rows`;
   ``0`` disables the path) stops reading and
-  says so; the loop then runs distributed.  How the task ended (done, too large, or
+  says so; the loop then runs in slices of time (below).  How the task ended (done, too large, or
   out of iterations; its changes per iteration) reaches the driver through a PySpark
   accumulator, which Spark merges from the successful attempt of the task only; on
   Spark Connect (no accumulators) through the task's last row (:data:`~.task.META`), read
   back from the checkpoint, one small job.
-* ``spark_differential.iterate.localSpread=always`` instead plans the chunks on the
-  driver and runs one task per partition over its chunks, the answers consolidated
-  across chunks by Spark (measured slower than both other paths on the BFS benchmark,
-  so never chosen by itself).
+* Inputs over ``localRows`` (Spark's plan statistics say so before any job) run in
+  slices of time, a task each, in one job (``spark_differential.iterate.localSpread``:
+  ``auto``, the default; ``always`` even when one task would do; ``off``: distributed):
+  one job plans the slices (:func:`spark_differential.engine.chunks.plan_spread`), each
+  slice's task reads its updates and the inputs accumulated before it (its snapshot)
+  and runs the loop as one task would; a slice's answer is the whole answer's rows at
+  its times (:class:`spark_differential.engine.chunks.Spread`), so nothing is
+  consolidated across tasks.  A large state (live rows over half a task) cannot be
+  sliced this way and runs distributed.
 
 The modules, in the order a loop meets them: :mod:`.record` (the recorder: a handler of
 :mod:`spark_differential.engine.call` that records the body's steps into a

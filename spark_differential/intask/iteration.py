@@ -68,11 +68,9 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
     loop; pieces yielded before then are not the loop's answer (there is none)."""
 
     program = dataclasses.replace(program, steps=tuple(unconsolidated(s) for s in program.steps))
-    chunks = program.chunking
-    if chunks is None:
-        chunks = plan_chunks(program, sources)
-        if chunks is not None:
-            sources = [chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
+    chunks = plan_chunks(program, sources)
+    if chunks is not None:
+        sources = [chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     if chunks is None:
         result, history = run_loop(program, program.steps, sources)
         if not history[-1]:

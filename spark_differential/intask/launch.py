@@ -25,15 +25,15 @@ from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols, quoted
 from spark_differential.core.lattice import Loop, Total
 from spark_differential.core.lazy import lazy
+from spark_differential.core.names import PART
 from spark_differential.core.session import is_connect
-from spark_differential.core.settings import shuffle_partitions
 from spark_differential.engine import chunks as _chunks
-from spark_differential.engine.kernel_form import arrow_schema
+from spark_differential.engine.kernel_form import arrow_schema, bucket_labels
 from spark_differential.errors import IterationLimitExceeded, from_job_failure
-from spark_differential.intask.program import Chunking, Program
+from spark_differential.intask.program import Program
 from spark_differential.intask.record import record
 from spark_differential.intask.relation import Untranslatable, leaves
-from spark_differential.intask.sources import PART, estimated_rows, tag_source
+from spark_differential.intask.sources import estimated_rows, tag_source
 from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, loop_task
 from spark_differential.intask.task import metrics as read_metrics
 from spark_differential.kernels.common import conform
@@ -57,9 +57,9 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     one stage) instead of through a shuffle to one partition (two stages, the sources
     read in parallel: right when they are computed by a plan of their own).
 
-    ``spread`` (:class:`spark_differential.engine.chunks.Chunks`): the sources go in chunked form
-    to one task per partition, each running the loop over its chunks, and the answers
-    are consolidated across chunks by Spark.
+    ``spread`` (:class:`spark_differential.engine.chunks.Spread`): the sources go in spread
+    form, one slice of time a task, each task's answer that of its slice alone (no
+    answer meets another's); the answer stays in the job's local checkpoint.
 
     Raises :class:`IterationLimitExceeded` as the distributed loop does."""
 
@@ -71,21 +71,21 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     sql_type = integral_sql(ttype)
 
     connect = is_connect(spark)
-    if connect and spread is not None:  # its status rows are consolidated away before the checkpoint
-        log.info("dd_iterate: %s=always is not available on Spark Connect", settings.LOCAL_SPREAD)
-        return None
     union = None
     for j, (src, cols) in enumerate(zip(sources, program.sources)):
         if spread is not None:
-            src = spread.chunked(src).withColumn(PART, spread.of(F.col(TIME)))
+            src = spread.spread(src)
         part = tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))], ttype,
-                          part=spread is not None and PART in src.columns)
+                          part=spread is not None)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
     if spread is not None:
-
-        program = dataclasses.replace(program, chunking=Chunking(spread.t0, spread.width, spread.count))
-        union = union.repartition(shuffle_partitions(spark), PART).drop(PART)
+        # one slice a task: each slice's partition key is a value Spark's hash partitioning
+        # sends to a partition of its own; a task meeting several slices anyway runs them in turn
+        labels = F.expr("array(" + ", ".join(map(str, bucket_labels(spread.count, spread.count))) + ")")
+        union = union.repartition(spread.count, F.element_at(labels, F.col(PART) + 1))
+        # the slices are cut to hold about localRows rows: a task holding twice that is refused
+        program = dataclasses.replace(program, drops=spread.drops(), threads=1, limit=2 * program.limit)
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
         if not connect:  # (on Spark Connect the answer is read from the checkpoint)
@@ -102,10 +102,6 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     reports = None if connect else spark.sparkContext.accumulator([], Reports.param())
     out = union.mapInArrow(loop_task(program, arrow_schema(spark, schema), reports), schema)
     started = _time.time()
-    if spread is not None:  # each chunk's answer meets the next chunk's at its start: consolidate
-        names_ = [*data, *leaves(program.width)]
-        out = out.select(*qcols(data), F.inline(ROWS)).groupBy(*qcols(names_)).agg(
-            F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
     try:
         kept = out.localCheckpoint(eager=True)
     except Exception as e:
@@ -127,7 +123,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
-                 "a task of time chunks would hold" if spread is not None else "one task would hold",
+                 "a task of a slice of time would hold" if spread is not None else "one task would hold",
                  program.limit, settings.LOCAL_ROWS)
         return None
     elapsed = _time.time() - started
@@ -141,7 +137,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
             bar.set_postfix(changes=history[-1])
     nchunks = int(metrics.get("chunks") or 0)
     if spread is not None:
-        log.info("dd_iterate: %d iterations inside one task per partition, in %d time chunks (%.1fs)", iters,
+        log.info("dd_iterate: %d iterations in %d slices of time, each inside a task of its own (%.1fs)", iters,
                  spread.count, elapsed)
     else:
         reading, looping = (str(metrics.get("phases") or "0,0").split(",") + ["0"])[:2]
@@ -155,7 +151,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         arrow = arrow_schema(spark, rows)
         table = pa.ipc.open_stream(small).read_all() if small else arrow.empty_table()
         kept = spark.createDataFrame(conform(table.select(arrow.names), arrow), rows)
-    elif spread is None:
+    else:
         kept = kept.select(*qcols(data), F.inline(ROWS))
     if sql_type is not None:
         return kept.selectExpr(*map(quoted, data), f"CAST({leaves(program.width)[0]} AS {sql_type}) AS {TIME}", DIFF)
@@ -176,28 +172,32 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
-    if not settings.local_spread(df.sparkSession):
+    mode = settings.local_spread(df.sparkSession)
+    if mode != "always":
         estimate, held = estimated_rows(sources)
-        if estimate > limit:
-            log.info("dd_iterate: running distributed, not inside one task: Spark estimates %d input rows (%s=%d)",
-                     estimate, settings.LOCAL_ROWS, limit)
+        if estimate <= limit:
+            result = run_in_task(df, cs, program, sources, bar, cheap=held)
+            if result is not None:
+                return result
+            why = "more input rows than one task may hold"
+        else:
+            why = f"Spark estimates {estimate} input rows ({settings.LOCAL_ROWS}={limit})"
+        if mode == "off":
+            log.info("dd_iterate: running distributed, not inside one task: %s (%s=off)", why, settings.LOCAL_SPREAD)
             return None
-        result = run_in_task(df, cs, program, sources, bar, cheap=held)
-        if result is None:
-            log.info("dd_iterate: running distributed, not inside one task: too many rows for one task")
-        return result
-    spread = _spread(program, cs, sources)
+        log.info("dd_iterate: not inside one task: %s; spreading slices of time over tasks", why)
+    spread = _spread(program, cs, sources, limit)
     result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
     if result is None:
         log.info("dd_iterate: running distributed, not inside tasks: %s",
-                 "too many rows for one task per time chunk" if spread is not None else "the loop is not chunkable")
+                 "a slice of time holds too many rows for a task" if spread is not None
+                 else "its time cannot be sliced to fit a task")
     return result
 
 
-def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any]) -> Any:
-    """Time chunks planned on the driver (one aggregate job per source) to spread a loop too
-    large for one task over one task per partition, or ``None`` (not chunkable)."""
-
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int) -> Any:
+    """Slices of time planned by one job to spread a loop too large for one task over
+    tasks (:func:`spark_differential.engine.chunks.plan_spread`), or ``None``."""
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None
-    return _chunks.plan(cs.ttype, list(sources), program.chunk_rows)
+    return _chunks.plan_spread(cs.ttype, list(sources), limit, settings.parallelism(sources[0].sparkSession))

@@ -87,7 +87,7 @@ class Program:
     max_iterations: int | None
     limit: int
     chunk_rows: int | None = 0  # updates per time chunk (None: auto; 0: never chunk)
-    chunking: Chunking | None = None  # chunks planned on the driver: the sources arrive in chunked form
+    drops: tuple[int | None, ...] = ()  # spread over tasks by slices of time: each slice's snapshot time
     threads: int = 1  # groups of time chunks run at once, each on a thread of the task
     thread_min_rows: int = 0  # fewer (chunked) input rows than this: one thread (the default's rule)
     local_rows: int = 0  # an answer of at most this many rows (and LOCAL_RESULT_BYTES) comes back with the task's report

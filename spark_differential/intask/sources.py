@@ -17,13 +17,12 @@ from typing import Any
 
 from spark_differential.core.collection import DIFF, TIME, integral_sql, null_guard, null_guard_sql, qcol, quoted
 from spark_differential.core.lazy import lazy
-from spark_differential.core.names import SRC
+from spark_differential.core.names import PART, SRC
 from spark_differential.core.session import is_connect
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.iterate")
-PART = "_sd_part"  # the chunk deciding which task a row goes to (spread mode)
 
 
 def tag_name(j: int, i: int) -> str:

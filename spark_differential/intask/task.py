@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from spark_differential.core.lazy import lazy
-from spark_differential.core.names import SRC
+from spark_differential.core.names import PART, SRC
 from spark_differential.intask.iteration import stream
 from spark_differential.intask.program import Program
+from spark_differential.intask.relation import leaves
 from spark_differential.intask.sources import source_table
 from spark_differential.kernels.common import conform
 from spark_differential.kernels.native import int_values
@@ -123,8 +124,21 @@ def loop_task(program: Program, out_schema: pa.Schema,
     one (Spark Connect) the task's last row is a status row (:data:`META`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from looped(batches)
+        if program.drops:  # spread over tasks: each slice of time its own loop (one report each)
+            yield from sliced(batches)
+        else:
+            yield from looped(batches)
         freeze_imports()  # the task's tables are gone with looped's frame
+
+    def sliced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        table = pa.Table.from_batches(list(batches))
+        if table.num_rows == 0:
+            return
+        part = table.column(PART)
+        for value in pc.unique(part).to_pylist():
+            yield from looped(iter(table.filter(pc.equal(part, value)).to_batches()), program.drops[value])
 
     def report(status: int, iters: int, changing: int, history: Sequence[int] = (), chunks: int = 0,
                phases: str = "", local: bool = False, answer: pa.Table | None = None) -> Iterator[pa.RecordBatch]:
@@ -142,7 +156,9 @@ def loop_task(program: Program, out_schema: pa.Schema,
         return
         yield  # a generator
 
-    def looped(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def looped(batches: Iterator[pa.RecordBatch], drop: int | None = None) -> Iterator[pa.RecordBatch]:
+        """The loop over the task's rows; ``drop``: the time of a slice's snapshot, whose answer
+        is not the slice's (:class:`spark_differential.engine.chunks.Spread`)."""
         import pyarrow.compute as pc
 
         seen: list[pa.RecordBatch] = []
@@ -172,6 +188,8 @@ def loop_task(program: Program, out_schema: pa.Schema,
             except StopIteration as end:
                 history, nchunks = end.value
                 break
+            if drop is not None:  # the answer at the slice's snapshot time is not this slice's
+                piece = piece.filter(pc.not_equal(piece.column(leaves(program.width)[0]), drop))
             if held is not None:
                 held.append(piece)
                 rows, nbytes = rows + piece.num_rows, nbytes + piece.nbytes

@@ -34,6 +34,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core import settings
 from spark_differential.core.collection import INTEGRAL_TYPES
 from spark_differential.engine.distributed import run_pair_sql
 from spark_differential.kernels import asof_merge as kmerge
@@ -41,6 +42,7 @@ from spark_differential.kernels.common import keys, names
 
 PROBES = 64  # quantiles computed: at most PROBES + 1 ranges
 RANGE_ROWS = 1_000_000  # left rows per range of an automatically split join
+MIN_RANGE_ROWS = 50_000  # fewer left rows per range than this: fewer ranges than cores
 _ACCURACY = 2_000
 _BOUNDS, _COUNT, _RANGES = "sdasof_bounds", "sdasof_count", "sdasof_ranges"
 
@@ -110,8 +112,10 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     v_right = numeric_order("_b0", split.on_type)
     fractions = ", ".join(repr((i + 1) / (probes + 1)) for i in range(probes))
     count = F.count(F.lit(1))
+    # at least a range per core once each holds MIN_RANGE_ROWS left rows: a key-less join keeps them busy
+    cores = F.least(F.lit(settings.parallelism(ldf.sparkSession)), F.ceil(count / F.lit(MIN_RANGE_ROWS)))
     ranges = F.lit(split.ranges) if split.ranges else F.least(
-        F.lit(probes + 1), F.greatest(F.lit(1), F.ceil(count / F.lit(RANGE_ROWS)))).cast("int")
+        F.lit(probes + 1), F.greatest(F.lit(1), F.ceil(count / F.lit(RANGE_ROWS)), cores)).cast("int")
     stats = left.agg(F.expr(f"percentile_approx({v_left}, array({fractions}), {_ACCURACY})").alias(_BOUNDS),
                      ranges.alias(_RANGES))
     nk = p.nkeys
