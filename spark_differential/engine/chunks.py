@@ -112,6 +112,23 @@ class Chunks:
         return df.select(*qcols(data), TIME, F.col(DIFF).cast("long").alias(DIFF)).unionByName(retract)
 
 
+def _sizes(ttype: Total, inputs: Sequence[DataFrame]) -> DataFrame:
+    """One row per input: its updates ``n``, live rows (data with a nonzero accumulated
+    count) ``live`` and encoded time range ``lo``..``hi`` (a plan, no job)."""
+    leaf = ttype.encode_column(F.col(TIME))[0]
+    out = None
+    for df in inputs:
+        g = df.groupBy(*qcols(_data(df))).agg(
+            F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n"))
+        r = g.agg(
+            F.sum("_n").alias("n"), F.sum(F.when(F.col("_s") != 0, 1).otherwise(0)).alias("live"),
+            F.min("_lo").alias("lo"), F.max("_hi").alias("hi"),
+        )
+        out = r if out is None else out.unionByName(r)
+    assert out is not None
+    return out
+
+
 def _data(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c not in (TIME, DIFF)]
 
@@ -142,19 +159,7 @@ def plan(ttype: TimeType, inputs: Sequence[DataFrame], setting: int | None) -> C
     """
     if setting == 0 or not isinstance(ttype, Total) or not inputs:
         return None
-    leaf = ttype.encode_column(F.col(TIME))[0]
-    per_input = None
-    for df in inputs:
-        g = df.groupBy(*qcols(_data(df))).agg(
-            F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n")
-        )
-        r = g.agg(
-            F.sum("_n").alias("n"), F.sum(F.when(F.col("_s") != 0, 1).otherwise(0)).alias("live"),
-            F.min("_lo").alias("lo"), F.max("_hi").alias("hi"),
-        )
-        per_input = r if per_input is None else per_input.unionByName(r)
-    assert per_input is not None
-    rows = [r for r in per_input.collect() if r["n"] is not None and r["lo"] is not None]
+    rows = [r for r in _sizes(ttype, inputs).collect() if r["n"] is not None and r["lo"] is not None]
     n = sum(int(r["n"]) for r in rows)
     live = sum(int(r["live"]) for r in rows)
     lo = min((int(r["lo"]) for r in rows), default=None)
@@ -241,20 +246,12 @@ def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tas
     if not isinstance(ttype, Total) or not inputs or per_task <= 0:
         return None
     leaf = ttype.encode_column(F.col(TIME))[0]
-    rows = None
-    for df in inputs:
-        g = df.groupBy(*qcols(_data(df))).agg(
-            F.sum(DIFF).alias("_s"), F.min(leaf).alias("_lo"), F.max(leaf).alias("_hi"), F.count(F.lit(1)).alias("_n"))
-        r = g.agg(
-            F.sum("_n").alias("n"), F.sum(F.when(F.col("_s") != 0, 1).otherwise(0)).alias("live"),
-            F.min("_lo").alias("lo"), F.max("_hi").alias("hi"),
-        ).select("n", "live", "lo", "hi", F.lit(None).cast("array<bigint>").alias("q"))
-        rows = r if rows is None else rows.unionByName(r)
+    rows = _sizes(ttype, inputs).select("n", "live", "lo", "hi", F.lit(None).cast("array<bigint>").alias("q"))
     times = None
     for df in inputs:
         t = df.select(leaf.alias("_t"))
         times = t if times is None else times.unionByName(t)
-    assert rows is not None and times is not None
+    assert times is not None
     probes = [i / SPREAD_PROBES for i in range(1, SPREAD_PROBES)]
     q = times.agg(F.percentile_approx("_t", probes, 10 * SPREAD_PROBES).alias("q")).select(
         *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo", "hi")], "q")
