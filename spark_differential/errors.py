@@ -109,6 +109,10 @@ class LateUpdateError(SparkDifferentialError, ValueError):
     """An incremental view received updates at times its frontier already closed (see ``sd.incremental``)."""
 
 
+class ExchangeError(SparkDifferentialError, RuntimeError):
+    """A task of a loop run in key partitions could not reach another, or another ended early."""
+
+
 class IncrementalStateError(SparkDifferentialError, RuntimeError):
     """An incremental view's stored state cannot be used, or the view was used in a way it cannot support."""
 
@@ -237,6 +241,7 @@ __all__ = [
     "DiffTypeError",
     "EnvironmentError_",
     "FrontierError",
+    "ExchangeError",
     "IncrementalStateError",
     "IterationError",
     "IterationLimitExceeded",

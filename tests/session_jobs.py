@@ -21,6 +21,7 @@ import logging
 import os
 import random
 import sys
+import tempfile
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +32,7 @@ from oracle import Coll, Total, consolidate  # noqa: E402
 
 # join_count runs as one task (a small pipeline: spark_differential.intask.pipeline); join_count_by_operator
 # the same operator by operator (spark_differential.pipeline.localRows=0)
-JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked", "bfs_sliced")
+JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked", "bfs_sliced", "bfs_keys")
 KEYS = ["case", "k"]
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 PIPELINE_ROWS = "spark_differential.pipeline.localRows"
@@ -71,12 +72,23 @@ def top2(x: list[int]) -> list[int]:
     return sorted(set(x), reverse=True)[:2]
 
 
+# a task's first attempt leaves a mark here (by stage and partition) before failing: a barrier
+# stage (a loop in key partitions) is retried whole as a new stage attempt, whose tasks' attempt
+# numbers start at 0 again, and PySpark tells tasks no stage attempt number
+_MARKS = tempfile.mkdtemp(prefix="sd-session-faults-")
+
+
 def _fail_on_first_attempt() -> None:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    if ctx is not None and ctx.attemptNumber() == 0:
-        raise RuntimeError("session_jobs: a user function fails its first attempt on purpose")
+    if ctx is None:
+        return
+    try:
+        os.close(os.open(os.path.join(_MARKS, f"{ctx.stageId()}-{ctx.partitionId()}"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return
+    raise RuntimeError("session_jobs: a user function fails its first attempt on purpose")
 
 
 def _top2_func(fail: bool) -> Any:
@@ -149,13 +161,14 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     data = inputs()
     kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked")
     spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and kernels_fail else "false")
-    spark.conf.set(LOCAL_ROWS, "1000000" if name in ("bfs_in_task", "bfs_sliced") else "0")
-    # in slices of time, a task each (engine.chunks.Spread)
-    spark.conf.set(SPREAD, "always" if name == "bfs_sliced" else "auto")
+    spark.conf.set(LOCAL_ROWS, "1000000" if name in ("bfs_in_task", "bfs_sliced", "bfs_keys") else "0")
+    # in slices of time, a task each (engine.chunks.Spread); in key partitions, a task each (intask.exchange)
+    spark.conf.set(SPREAD, {"bfs_sliced": "always", "bfs_keys": "keys"}.get(name, "auto"))
     spark.conf.set(PIPELINE_ROWS, "0" if name == "join_count_by_operator" else "100000")
     # the distributed loop in time chunks: its join gathers the edges per key (kernels.gather)
     spark.conf.set(CHUNK_ROWS, "8" if name == "bfs_chunked" else "auto")
     handler = _Log()
+    marks = len(os.listdir(_MARKS))
     loggers = [logging.getLogger("spark_differential.iterate"), logging.getLogger("spark_differential.fused")]
     for logger in loggers:
         logger.addHandler(handler)
@@ -170,7 +183,7 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
                 rows = rows_of(c.dd_reduce(by=KEYS, func=_top2_func(faults), schema="x long"))
             else:
                 edges, roots = to_df(spark, data["edges"], Total()), to_df(spark, data["roots"], Total())
-                rows = rows_of(_bfs(edges, roots, fail_user=faults and name in ("bfs_in_task", "bfs_sliced")))
+                rows = rows_of(_bfs(edges, roots, fail_user=faults and name in ("bfs_in_task", "bfs_sliced", "bfs_keys")))
     finally:
         for logger in loggers:
             logger.removeHandler(handler)
@@ -183,8 +196,10 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
         "rows": sorted([list(d), t, r] for d, t, r in rows),
         "log": [m for m in handler.messages
                 if "changes" in m or "inside one task" in m or "distributed" in m or "time chunks" in m
-                or "slices of time" in m],
-        "failed_attempts": _failed_attempts(spark, jobs.job_ids),
+                or "slices of time" in m or "key partitions" in m],
+        # Spark's status tracker knows a stage's latest attempt only: a barrier stage's failed
+        # attempt is seen by the marks its failing tasks left
+        "failed_attempts": max(_failed_attempts(spark, jobs.job_ids), len(os.listdir(_MARKS)) - marks),
     }
 
 

@@ -96,24 +96,30 @@ LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 
 
-@pytest.fixture(params=["in_task"] if CONNECT else ["in_task", "distributed"])
+@pytest.fixture(params=["in_task", "keys"] if CONNECT else ["in_task", "keys", "distributed"])
 def path(request, spark, caplog):
-    """Run the test on both loop paths: whole loops inside one task, and iteration by
-    iteration on the cluster; the in-task run must really have taken its path.  On
-    Spark Connect only the in-task path (its steps read from the client's plan); the
-    distributed path there is tested by the fallback test below."""
-    spark.conf.set(LOCAL_ROWS, "1000000" if request.param == "in_task" else "0")
+    """Run the test on every loop path: whole loops inside one task, in key partitions (a
+    task each, exchanging their changes), and iteration by iteration on the cluster; the
+    in-task runs must really have taken their path.  On Spark Connect not the distributed
+    path (tested there by the fallback test below)."""
+    spark.conf.set(LOCAL_ROWS, "0" if request.param == "distributed" else "1000000")
+    if request.param == "keys":
+        spark.conf.set("spark_differential.iterate.localSpread", "keys")
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     try:
         yield request.param
     finally:
         spark.conf.unset(LOCAL_ROWS)
+        spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.get_records("call")]
     ran = [m for m in messages if "iterations inside one task" in m]
+    keyed = [m for m in messages if "key partitions, a task each" in m]
     if request.param == "in_task":
-        assert ran and not any("running distributed" in m for m in messages), messages
+        assert ran and not keyed and not any("running distributed" in m for m in messages), messages
+    elif request.param == "keys":
+        assert keyed and not ran and not any("running distributed" in m for m in messages), messages
     else:
-        assert not ran, ran
+        assert not ran and not keyed, ran
 
 
 @pytest.fixture
@@ -577,3 +583,18 @@ def test_loop_too_large_for_one_task_moves_on(spark, caplog, spread):
     spread_ran = any("slices of time, each inside a task" in m for m in messages)
     assert spread_ran == (spread == "auto"), messages
     assert any("running distributed" in m for m in messages) == (spread == "off"), messages
+
+
+@pytest.mark.parametrize("name", connect_params(list(LATTICES), "product2"))
+def test_bfs_in_key_partitions(spark, caplog, name):
+    """``localSpread=keys``: the loop in key partitions, a task each of one barrier stage,
+    each step's changes sent to the task owning their keys: against the oracle, on integer
+    and product times."""
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set("spark_differential.iterate.localSpread", "keys")
+    try:
+        check_random_bfs(spark, LATTICES[name], 41, 8)
+    finally:
+        spark.conf.unset("spark_differential.iterate.localSpread")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("key partitions, a task each" in m for m in messages), messages

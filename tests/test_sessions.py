@@ -112,7 +112,7 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
 def test_retried_tasks_give_the_rows_of_runs_without_failures():
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
     out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
-                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced")
+                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys")
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -138,6 +138,8 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     assert not any("inside one task" in m for m in out["bfs_chunked"]["faults"]["log"])
     # in slices of time, each slice's task (its user function failing once) retried alone
     assert any("slices of time, each inside a task" in m for m in out["bfs_sliced"]["faults"]["log"])
+    # in key partitions: a barrier stage, retried whole when a task fails
+    assert any("key partitions, a task each" in m for m in out["bfs_keys"]["faults"]["log"])
 
 
 def test_the_fault_switch_reaches_the_gather_step(spark):
@@ -165,7 +167,7 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 def test_join_count_on_local_cluster_also_with_retried_tasks():
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced",
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced,bfs_keys",
                    faults="join_count,join_count_by_operator")
     for job, fused in (("join_count", True), ("join_count_by_operator", False)):
         runs = out[job]
@@ -177,6 +179,10 @@ def test_join_count_on_local_cluster_also_with_retried_tasks():
     sliced = out["bfs_sliced"]["plain"]
     assert_updates_equal(updates(sliced), expected("bfs_sliced").updates)
     assert any("slices of time, each inside a task" in m for m in sliced["log"]), sliced["log"]
+    # a loop in key partitions: its two tasks on the two executors, exchanging their changes
+    keyed = out["bfs_keys"]["plain"]
+    assert_updates_equal(updates(keyed), expected("bfs_keys").updates)
+    assert any("in 2 key partitions, a task each" in m for m in keyed["log"]), keyed["log"]
 
 
 @pytest.mark.connect

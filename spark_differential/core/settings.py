@@ -142,11 +142,13 @@ def thread_min_rows(spark: Any) -> int:
 
 def local_spread(spark: Any) -> str:
     """``localSpread``: ``auto`` (the default: a loop too large for one task runs in slices
-    of time, one task each, where its time can be sliced), ``always`` (in slices even when
-    one task would do) or ``off`` (too large for one task: the distributed loop)."""
+    of time, one task each, where its time can be sliced, else in key partitions, a task
+    each, exchanging their changes), ``always`` (in slices even when one task would do),
+    ``keys`` (in key partitions even when one task would do) or ``off`` (too large for one
+    task: the distributed loop)."""
     raw = str(conf.get(spark, LOCAL_SPREAD, "auto")).strip().lower()
-    if raw not in ("auto", "off", "always"):
-        raise ConfigurationError(f"{LOCAL_SPREAD} must be 'auto', 'always' or 'off'; got {raw!r}")
+    if raw not in ("auto", "off", "always", "keys"):
+        raise ConfigurationError(f"{LOCAL_SPREAD} must be 'auto', 'always', 'keys' or 'off'; got {raw!r}")
     return raw
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.engine.chunks import LOCAL_FACTOR, LOCAL_MIN_ROWS, layout
+from spark_differential.intask.exchange import Exchange
 from spark_differential.intask.program import Chunking, Program, Stateful
 from spark_differential.intask.relation import leaves
 from spark_differential.kernels import duck, native
@@ -30,10 +31,13 @@ pa = lazy("pyarrow")
 log = logging.getLogger("spark_differential.iterate")
 
 
-def plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | None:
+def plan_chunks(program: Program, sources: Sequence[pa.Table], exchange: Exchange | None = None) -> Chunking | None:
     """Time chunks for the loop (as :func:`spark_differential.engine.chunks.plan`, from the rows at hand;
     automatic chunks hold ``chunks.LOCAL_FACTOR`` times the live rows, at least
-    ``chunks.LOCAL_MIN_ROWS`` updates: larger than the distributed loop's)."""
+    ``chunks.LOCAL_MIN_ROWS`` updates: larger than the distributed loop's).
+
+    In key partitions (``exchange``; each source's rows of one data value in one task) the
+    tasks plan from their figures summed, so every task cuts time the same way."""
     import pyarrow.compute as pc
 
 
@@ -62,6 +66,13 @@ def plan_chunks(program: Program, sources: Sequence[pa.Table]) -> Chunking | Non
         live += int(r["live"])
         lo = int(r["lo"]) if lo is None else min(lo, int(r["lo"]))
         hi = int(r["hi"]) if hi is None else max(hi, int(r["hi"]))
+    if exchange is not None:
+        none = lo is None
+        figures = exchange.gather([n, live, 0 if none else lo, 0 if none else hi, int(none)])
+        seen = [f for f in figures if not f[4]]
+        n, live = sum(f[0] for f in figures), sum(f[1] for f in figures)
+        lo = min((f[2] for f in seen), default=None)
+        hi = max((f[3] for f in seen), default=None)
     shape = layout(n, live, lo, hi, program.chunk_rows, LOCAL_FACTOR, LOCAL_MIN_ROWS)
     return None if shape is None else Chunking(*shape)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Sequence
 from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.intask.chunking import chunk_groups, chunk_step, chunked, group_starts, plan_chunks, unchunked
+from spark_differential.intask.exchange import Exchange
 from spark_differential.intask.program import Concat, Program, Stateful
 from spark_differential.intask.relation import Relation, leaves
 from spark_differential.intask.step import relation_rows, run_concat, run_step, unconsolidated
@@ -48,7 +49,8 @@ def fixed_point(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table
     return (pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)), history, nchunks
 
 
-def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table, None, tuple[list[int], int]]:
+def stream(program: Program, sources: Sequence[pa.Table],
+           exchange: Exchange | None = None) -> Generator[pa.Table, None, tuple[list[int], int]]:
     """Run the loop from its sources (the roots first) to its fixed point, yielding its
     answer in pieces (``program.roots``' columns; together one consolidated collection, no
     two pieces with a row of the same data and time) as they are known, and returning
@@ -65,14 +67,23 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
     last, consolidated with the other group's.
 
     The last iteration's changes are nonzero only when ``max_iterations`` stopped the
-    loop; pieces yielded before then are not the loop's answer (there is none)."""
+    loop; pieces yielded before then are not the loop's answer (there is none).
+
+    In key partitions (``exchange``: this task's part of the sources, :mod:`.exchange`) each
+    source's rows go first to the tasks owning their data; the answer is then this task's
+    part of it (the rows of the data it owns), every count the tasks' sum, and the chunks
+    run on one thread (the tasks' exchanges must come in the same order)."""
 
     program = dataclasses.replace(program, steps=tuple(unconsolidated(s) for s in program.steps))
-    chunks = plan_chunks(program, sources)
+    if exchange is not None:
+        sources = [exchange.table(t, [c for c in cols if c not in (*leaves(program.width), DIFF)])
+                   for t, cols in zip(sources, program.sources)]
+        program = dataclasses.replace(program, threads=1)
+    chunks = plan_chunks(program, sources, exchange)
     if chunks is not None:
         sources = [chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     if chunks is None:
-        result, history = run_loop(program, program.steps, sources)
+        result, history = run_loop(program, program.steps, sources, exchange=exchange)
         if not history[-1]:
             yield conform(consolidated(result, program.roots.names[:-1]), program.roots)
         return history, 0
@@ -80,7 +91,7 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
     rows = sum(t.num_rows for t in sources)
     groups = chunk_groups(sources, chunks, program.threads if rows >= program.thread_min_rows else 1)
     if len(groups) == 1:
-        result, history = run_loop(program, steps, sources)
+        result, history = run_loop(program, steps, sources, exchange=exchange)
         if not history[-1]:
             yield conform(unchunked(result, program.data, chunks)[0], program.roots)
         return history, chunks.count
@@ -122,14 +133,20 @@ def stream(program: Program, sources: Sequence[pa.Table]) -> Generator[pa.Table,
 
 
 def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table],
-          record: Callable[[int, int, int, pa.Table], None] | None = None) -> tuple[pa.Table, list[int]]:
+             record: Callable[[int, int, int, pa.Table], None] | None = None,
+             exchange: Exchange | None = None) -> tuple[pa.Table, list[int]]:
     """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
     consolidated (chunked form when the steps are chunked), changes per iteration)``; the
     result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop.
 
     ``record`` (when given) is called as ``record(step, input, iteration, rows)`` with the
     new updates every input of every stateful step (``steps[step]``) receives at every
-    iteration (:func:`run_step`): what a view's loop stores (:mod:`spark_differential.incremental.loop`)."""
+    iteration (:func:`run_step`): what a view's loop stores (:mod:`spark_differential.incremental.loop`).
+
+    ``exchange`` (key partitions; the sources already placed by their data): every stateful
+    step's new updates go to the tasks owning their keys, each iteration's change to the
+    tasks owning its data (so it is consolidated whole), and the changes per iteration are
+    the tasks' sums: every task stops at the same iteration."""
 
     cols = [*program.data, *leaves(program.width), DIFF]
     traces = {s.name: [ArrowTrace(i.schema, s.key_cols) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
@@ -144,22 +161,24 @@ def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequ
         for s, step in enumerate(steps):
             if isinstance(step, Stateful):
                 hook = None if record is None else (lambda k, rows, s=s, i=i: record(s, k, i, rows))
-                tables[step.name] = run_step(step, tables, sources, traces[step.name], i, settled, hook)
+                tables[step.name] = run_step(step, tables, sources, traces[step.name], i, settled, hook, exchange)
             else:
                 tables[step.name] = run_concat(step, tables, sources, i)
         out = conform(relation_rows(program.output, tables).rename_columns(cols), program.roots)
+        if exchange is not None:
+            out = exchange.table(out, program.data)
         if i == 0:
             import pyarrow.compute as pc
 
             back = conform(roots.set_column(len(cols) - 1, DIFF, pc.negate(roots.column(DIFF))), program.roots)
             out = pa.concat_tables([out, back])
             delta = conform(consolidated(out, cols[:-1]), program.roots)
-        elif _whole(program.output, tables, settled):
+        elif exchange is None and _whole(program.output, tables, settled):
             delta = out  # a consolidated step's rows, every column kept: consolidated already
         else:
             delta = conform(consolidated(out, cols[:-1]), program.roots)
-        history.append(delta.num_rows)
-        if delta.num_rows == 0:
+        history.append(delta.num_rows if exchange is None else exchange.total(delta.num_rows))
+        if history[-1] == 0:
             break
         i += 1
         if program.max_iterations is not None and i >= program.max_iterations:

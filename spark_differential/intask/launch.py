@@ -49,7 +49,7 @@ LOCAL_RESULT_ROWS = 10_000
 
 
 def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
-        spread: Any = None, cheap: bool = False) -> Any | None:
+        spread: Any = None, cheap: bool = False, parts: int = 0) -> Any | None:
     """Run the loop in one task; the result collection, or ``None`` when the input is too large.
 
     ``cheap``: every source only projects data Spark holds already (local rows,
@@ -60,6 +60,11 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     ``spread`` (:class:`spark_differential.engine.chunks.Spread`): the sources go in spread
     form, one slice of time a task, each task's answer that of its slice alone (no
     answer meets another's); the answer stays in the job's local checkpoint.
+
+    ``parts`` (at least 2, at most the tasks the session runs at once): the sources go to
+    that many tasks of one barrier stage, which run the program in key partitions,
+    exchanging their changes (:mod:`.exchange`); the answer stays in the job's local
+    checkpoint.
 
     Raises :class:`IterationLimitExceeded` as the distributed loop does."""
 
@@ -86,6 +91,10 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         union = union.repartition(spread.count, F.element_at(labels, F.col(PART) + 1))
         # the slices are cut to hold about localRows rows: a task holding twice that is refused
         program = dataclasses.replace(program, drops=spread.drops(), threads=1, limit=2 * program.limit)
+    elif parts > 1:
+        union = union.repartition(parts)
+        program = dataclasses.replace(program, parts=parts, threads=1,
+                                      input_schema=arrow_schema(spark, union.schema))
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
         if not connect:  # (on Spark Connect the answer is read from the checkpoint)
@@ -100,7 +109,11 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         fields.append(T.StructField(META, T.StringType(), True))
     schema = T.StructType(fields)
     reports = None if connect else spark.sparkContext.accumulator([], Reports.param())
-    out = union.mapInArrow(loop_task(program, arrow_schema(spark, schema), reports), schema)
+    out = union.mapInArrow(loop_task(program, arrow_schema(spark, schema), reports), schema, barrier=parts > 1)
+    if parts > 1:
+        # Spark retries a failed barrier stage whole only when it is a map stage (a barrier
+        # result stage may have committed output): the answer crosses one shuffle
+        out = out.repartition(parts)
     started = _time.time()
     try:
         kept = out.localCheckpoint(eager=True)
@@ -118,16 +131,17 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     else:
         got = Reports.take(reports)
         metrics = read_metrics([m for m, _ in got])
-        if spread is None and len(got) == 1:
+        if spread is None and parts <= 1 and len(got) == 1:
             small = got[0][1]
     status, iters, changing = (int(metrics.get(k) or 0) for k in ("status", "iters", "changing"))
     if status == TOO_LARGE:
         log.info("dd_iterate: %s more than %d input rows (%s)",
-                 "a task of a slice of time would hold" if spread is not None else "one task would hold",
+                 "a task of a slice of time would hold" if spread is not None
+                 else "a task of a key partition would hold" if parts > 1 else "one task would hold",
                  program.limit, settings.LOCAL_ROWS)
         return None
     elapsed = _time.time() - started
-    # one task: its changes per iteration; several: only the longest task's count is known
+    # one task or key partitions: the changes per iteration; slices: only the longest task's count is known
     history = [] if spread is not None else [int(x) for x in str(metrics.get("history") or "").split(",") if x]
     for i, n in enumerate(history, start=1):
         log.info("dd_iterate: iteration %d: %d changes (in one task, %.1fs)", i, n, elapsed)
@@ -139,6 +153,9 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     if spread is not None:
         log.info("dd_iterate: %d iterations in %d slices of time, each inside a task of its own (%.1fs)", iters,
                  spread.count, elapsed)
+    elif parts > 1:
+        log.info("dd_iterate: %d iterations in %d key partitions, a task each%s (%.1fs)", iters, parts,
+                 f", in {nchunks} time chunks" if nchunks else "", elapsed)
     else:
         reading, looping = (str(metrics.get("phases") or "0,0").split(",") + ["0"])[:2]
         log.info("dd_iterate: %d iterations inside one task%s (%.1fs; in the task %.2fs reading its input, %.2fs "
@@ -172,9 +189,10 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
         log.info("dd_iterate: running distributed, not inside one task: %s", e)
         return None
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
-    mode = settings.local_spread(df.sparkSession)
-    if mode != "always":
-        estimate, held = estimated_rows(sources)
+    spark = df.sparkSession
+    mode = settings.local_spread(spark)
+    estimate, held = estimated_rows(sources)
+    if mode in ("auto", "off"):
         if estimate <= limit:
             result = run_in_task(df, cs, program, sources, bar, cheap=held)
             if result is not None:
@@ -186,12 +204,24 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
             log.info("dd_iterate: running distributed, not inside one task: %s (%s=off)", why, settings.LOCAL_SPREAD)
             return None
         log.info("dd_iterate: not inside one task: %s; spreading slices of time over tasks", why)
-    spread = _spread(program, cs, sources, limit)
-    result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
-    if result is None:
-        log.info("dd_iterate: running distributed, not inside tasks: %s",
+    if mode != "keys":
+        spread = _spread(program, cs, sources, limit)
+        result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
+        if result is not None:
+            return result
+        log.info("dd_iterate: not in slices of time: %s",
                  "a slice of time holds too many rows for a task" if spread is not None
                  else "its time cannot be sliced to fit a task")
+    parts = settings.parallelism(spark)
+    if parts < 2 or estimate > parts * limit:
+        log.info("dd_iterate: running distributed, not inside tasks: %s",
+                 "the session runs one task at a time" if parts < 2
+                 else f"Spark estimates {estimate} input rows, more than {parts} tasks of {limit} hold")
+        return None
+    log.info("dd_iterate: running in %d key partitions, a task each, exchanging their changes", parts)
+    result = run_in_task(df, cs, program, sources, bar, parts=parts)
+    if result is None:
+        log.info("dd_iterate: running distributed, not inside tasks: a key partition holds too many rows")
     return result
 
 

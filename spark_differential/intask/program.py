@@ -91,3 +91,5 @@ class Program:
     threads: int = 1  # groups of time chunks run at once, each on a thread of the task
     thread_min_rows: int = 0  # fewer (chunked) input rows than this: one thread (the default's rule)
     local_rows: int = 0  # an answer of at most this many rows (and LOCAL_RESULT_BYTES) comes back with the task's report
+    parts: int = 0  # run in this many key partitions, a task each, exchanging their changes (0: one task)
+    input_schema: Any = None  # (key partitions) the task's input rows' pa.Schema: a task may receive none

@@ -21,6 +21,7 @@ from typing import Any
 from spark_differential.core.collection import DIFF
 from spark_differential.core.lazy import lazy
 from spark_differential.intask.arrow_program import NoArrow, evaluate
+from spark_differential.intask.exchange import Exchange
 from spark_differential.intask.program import Concat, Stateful, StepInput
 from spark_differential.intask.relation import Relation, leaves
 from spark_differential.kernels import duck
@@ -75,7 +76,7 @@ def kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.T
 
 def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[ArrowTrace],
               iteration: int, settled: set[str] | None = None,
-              record: Callable[[int, pa.Table], None] | None = None) -> pa.Table:
+              record: Callable[[int, pa.Table], None] | None = None, exchange: Exchange | None = None) -> pa.Table:
     """One stateful step of iteration ``iteration``: its kernel over this iteration's new
     updates and the trace rows of the keys they touch; the new updates join the traces.
 
@@ -84,21 +85,23 @@ def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.T
     the step's name when its output is known consolidated (a traced ``dd_min``/``dd_max``:
     one row per key, time and value, none with a zero diff).  ``record`` (when given) is
     called with each input's index and the new updates it receives at this iteration
-    (kernel columns, not consolidated; inputs receiving none are skipped)."""
+    (kernel columns, not consolidated; inputs receiving none are skipped).  ``exchange``
+    (key partitions): each input's new updates first go to the tasks owning their keys."""
 
     news: list[pa.Table | None] = []
     olds: list[ArrowTrace | None] = []
     for inp, trace in zip(step.inputs, traces):
         if inp.relation is None:
             if iteration == 0:
-                news.append(kernel_input(sources[inp.source], inp, True, step.width))  # type: ignore[index]
+                new = kernel_input(sources[inp.source], inp, True, step.width)  # type: ignore[index]
+                news.append(new if exchange is None else exchange.table(new, step.key_cols))
                 olds.append(None)
             else:
                 news.append(None)
                 olds.append(trace)
             continue
         new = kernel_input(relation_rows(inp.relation, tables), inp, True, step.width)
-        news.append(new)
+        news.append(new if exchange is None else exchange.table(new, step.key_cols))
         olds.append(trace if inp.keep else None)
     present = [n for n in news if n is not None]
     if record is not None:

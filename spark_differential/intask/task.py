@@ -18,6 +18,7 @@ from typing import Any
 
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import PART, SRC
+from spark_differential.intask.exchange import Exchange, barrier_exchange
 from spark_differential.intask.iteration import stream
 from spark_differential.intask.program import Program
 from spark_differential.intask.relation import leaves
@@ -159,8 +160,13 @@ def loop_task(program: Program, out_schema: pa.Schema,
     def looped(batches: Iterator[pa.RecordBatch], drop: int | None = None) -> Iterator[pa.RecordBatch]:
         """The loop over the task's rows; ``drop``: the time of a slice's snapshot, whose answer
         is not the slice's (:class:`spark_differential.engine.chunks.Spread`)."""
-        import pyarrow.compute as pc
-
+        if program.parts > 1:  # one of the loop's key partitions: the tasks decide and run together
+            exchange = barrier_exchange()
+            try:
+                yield from keyed(batches, exchange)
+            finally:
+                exchange.close()
+            return
         seen: list[pa.RecordBatch] = []
         rows = 0
         started = _time.perf_counter()
@@ -174,12 +180,37 @@ def loop_task(program: Program, out_schema: pa.Schema,
         if table is None or table.num_rows == 0:
             yield from report(DONE, 0, 0, local=program.local_rows > 0)
             return
+        yield from answered(table, started, drop)
+
+    def keyed(batches: Iterator[pa.RecordBatch], exchange: Exchange) -> Iterator[pa.RecordBatch]:
+        """This task's part of a loop in key partitions: too large if any task's part is."""
+        seen: list[pa.RecordBatch] = []
+        rows = 0
+        started = _time.perf_counter()
+        for b in batches:
+            rows += b.num_rows
+            if rows <= program.limit:
+                seen.append(b)
+            else:
+                seen.clear()
+        largest = max(v[0] for v in exchange.gather([rows]))
+        if largest > program.limit:
+            yield from report(TOO_LARGE, 0, largest)
+            return
+        table = pa.Table.from_batches(seen) if seen else program.input_schema.empty_table()
+        yield from answered(table, started, None, exchange)
+
+    def answered(table: pa.Table, started: float, drop: int | None,
+                 exchange: Exchange | None = None) -> Iterator[pa.RecordBatch]:
+        """The loop over the task's input rows, its answer yielded, its report last."""
+        import pyarrow.compute as pc
+
         tags = table.column(SRC)
         sources = [source_table(table.filter(pc.equal(tags, j)), j, cols) for j, cols in enumerate(program.sources)]
         read = _time.perf_counter()
         # the answer's pieces go to the JVM as the loop yields them (stream), but for a small
         # answer, held until it is known small enough to come back with the job
-        run = stream(program, sources)
+        run = stream(program, sources, exchange)
         held: list[pa.Table] | None = []
         rows = nbytes = 0
         while True:
