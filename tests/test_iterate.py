@@ -133,10 +133,10 @@ def distributed(spark):
 def check_random_bfs(spark, lat, seed: int, cases: int, dist_type: str | None = None) -> None:
     """BFS over ``cases`` random changing graphs in one collection, against the oracle."""
     edges, roots, per_case = batched_graphs(seed, cases, lat)
-    r = to_df(spark, roots, lat)
+    r, e = to_df(spark, roots, lat), to_df(spark, edges, lat)
     if dist_type is not None:
         r = r.withColumn("dist", F.col("dist").cast(dist_type))
-    got = bfs(r, to_df(spark, edges, lat), keys=("case", "node"))
+    got = bfs(r, e, keys=("case", "node"))
     expected = []
     for c, (e, rr) in enumerate(per_case):
         expected += prefixed(c, ref_bfs(e, rr, lat))
@@ -567,22 +567,30 @@ def test_spread_over_slices_of_other_time_types_matches_one_task(spark, caplog, 
     assert any(re.search(r"in [2-9] slices of time, each inside a task", m.getMessage()) for m in caplog.records)
 
 
-@pytest.mark.parametrize("spread", ["auto", "off"])
-def test_loop_too_large_for_one_task_moves_on(spark, caplog, spread):
-    """Input above localRows: the loop runs in slices of time, a task each (``auto``), or
-    distributed (``off``), with the same answer."""
+@pytest.mark.parametrize("case", ["auto-sized", "auto", "off"])
+def test_loop_too_large_for_one_task_moves_on(spark, caplog, monkeypatch, case):
+    """Input (~100 rows) above localRows (60), its live rows below half of it.  With ``auto``:
+    in key partitions when Spark's plan statistics say the session's tasks hold it (here
+    made to say 100 rows: local rows carry no size in their plans); where they say nothing,
+    the one task stops reading and the slices' planning job counts the rows: slices of time,
+    a task each.  With ``off``: distributed.  The same answer each time."""
+    from spark_differential.intask import launch
+
+    if case == "auto-sized":
+        monkeypatch.setattr(launch, "estimated_rows", lambda sources: (100, False))
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
     spark.conf.set(LOCAL_ROWS, "60")
-    spark.conf.set("spark_differential.iterate.localSpread", spread)
+    spark.conf.set("spark_differential.iterate.localSpread", case.split("-")[0])
     try:
         check_random_bfs(spark, Total(), 29, 8)
     finally:
         spark.conf.unset(LOCAL_ROWS)
         spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.records]
-    spread_ran = any("slices of time, each inside a task" in m for m in messages)
-    assert spread_ran == (spread == "auto"), messages
-    assert any("running distributed" in m for m in messages) == (spread == "off"), messages
+    assert any("slices of time, each inside a task" in m for m in messages) == (case == "auto"), messages
+    assert any("key partitions, a task each (" in m for m in messages) == (case == "auto-sized"), messages
+    assert any("running distributed" in m for m in messages) == (case == "off"), messages
+    assert any("one task would hold more than 60" in m for m in messages) == (case != "auto-sized"), messages
 
 
 @pytest.mark.parametrize("name", connect_params(list(LATTICES), "product2"))
@@ -598,3 +606,29 @@ def test_bfs_in_key_partitions(spark, caplog, name):
         spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.records]
     assert any("key partitions, a task each" in m for m in messages), messages
+
+
+def test_a_state_too_large_to_slice_runs_in_key_partitions(spark, caplog):
+    """``auto`` with the live rows over half of ``localRows`` (slicing time cannot help: every
+    slice would carry them) and the input within the tasks' share: key partitions, exact."""
+    edges, roots, per_case = batched_graphs(43, 10, Total())
+    n = len(edges.updates) + len(roots.updates)
+    live = sum(1 for s in _sums(edges).values() if s) + sum(1 for s in _sums(roots).values() if s)
+    limit = min(2 * live - 2, n - 1)
+    assert limit - live < limit // 2 and n > limit and n <= 2 * 3 * limit, (n, live, limit)  # the seed's shape
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, str(limit))
+    try:
+        check_random_bfs(spark, Total(), 43, 10)
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("too little of a task's" in m for m in messages), messages
+    assert any("iterations in 2 key partitions, a task each" in m for m in messages), messages
+
+
+def _sums(coll: Coll) -> Counter:
+    out: Counter = Counter()
+    for d, _, r in coll.updates:
+        out[d] += r
+    return out

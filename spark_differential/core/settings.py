@@ -15,7 +15,9 @@ key                                                         what it says (defaul
                                                             (1,000,000; 2,500,000 on a local master; ``0``/``off``: never)
 ``spark_differential.iterate.localThreads``                 threads a loop inside one task runs its groups
                                                             of time chunks on (the cores of ``local[N]``, at most 4; else 1)
-``spark_differential.iterate.localSpread``                  ``off`` or ``always`` (time chunks over one task per partition)
+``spark_differential.iterate.localSpread``                  a loop over ``localRows``: ``auto`` (slices of time, a task
+                                                            each; a large state: key partitions), ``always`` (slices),
+                                                            ``keys`` (key partitions) or ``off`` (on the cluster)
 ``spark_differential.iterate.chunkRows``                    updates per time chunk (``auto``; ``0``/``off``: never)
 ``spark_differential.pipeline.localRows``                   source rows of a small pipeline run inside one task
                                                             (100,000; ``0``: never)

@@ -237,14 +237,21 @@ class Spread:
         return own.unionByName(snap.select(*qcols(data), at.alias(TIME), DIFF, PART))
 
 
-def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tasks: int) -> Spread | None:
-    """Slices of time for a loop too large for one task, planned by one job over its entering
-    collections: at most about ``per_task`` updates a slice, a multiple of ``tasks`` slices
-    (each a task: the cores to keep busy), cut at time quantiles.  ``None`` when the time
-    is not totally ordered or the live rows (every slice's snapshot) leave less than half
-    of ``per_task`` for updates: slicing time cannot make such a loop fit a task."""
-    if not isinstance(ttype, Total) or not inputs or per_task <= 0:
-        return None
+@dataclass(frozen=True)
+class SpreadSizes:
+    """What one job measures of a loop's entering collections to slice its time: updates,
+    live rows (data with a nonzero accumulated count), the first encoded time, and time
+    quantiles."""
+
+    n: int
+    live: int
+    lo: int
+    quantiles: tuple[int, ...]
+
+
+def measure_spread(ttype: TimeType, inputs: Sequence[DataFrame]) -> SpreadSizes | None:
+    """:class:`SpreadSizes` of ``inputs`` (a totally ordered time), in one job; ``None`` when
+    they hold no update."""
     leaf = ttype.encode_column(F.col(TIME))[0]
     rows = _sizes(ttype, inputs).select("n", "live", "lo", "hi", F.lit(None).cast("array<bigint>").alias("q"))
     times = None
@@ -257,12 +264,19 @@ def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tas
         *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo", "hi")], "q")
     got = rows.unionByName(q).collect()
     sizes = [r for r in got if r["q"] is None and r["n"] is not None and r["lo"] is not None]
-    quantiles = [int(x) for r in got if r["q"] is not None for x in r["q"] if x is not None]
     if not sizes:
         return None
-    n = sum(int(r["n"]) for r in sizes)
-    live = sum(int(r["live"]) for r in sizes)
-    lo = min(int(r["lo"]) for r in sizes)
+    quantiles = tuple(int(x) for r in got if r["q"] is not None for x in r["q"] if x is not None)
+    return SpreadSizes(sum(int(r["n"]) for r in sizes), sum(int(r["live"]) for r in sizes),
+                       min(int(r["lo"]) for r in sizes), quantiles)
+
+
+def spread_of(ttype: TimeType, sizes: SpreadSizes, per_task: int, tasks: int) -> Spread | None:
+    """Slices of time for collections of ``sizes``: at most about ``per_task`` updates a
+    slice, a multiple of ``tasks`` slices (each a task: the cores to keep busy), cut at time
+    quantiles.  ``None`` when the live rows (every slice's snapshot) leave less than half of
+    ``per_task`` for updates: slicing time cannot make such a loop fit a task."""
+    n, live, lo, quantiles = sizes.n, sizes.live, sizes.lo, sizes.quantiles
     room = per_task - live
     if room < per_task // 2:
         log.info("dd_iterate: %d live rows leave too little of a task's %d rows to slice time", live, per_task)
@@ -277,3 +291,13 @@ def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tas
     log.info("dd_iterate: %d updates (%d live) over %d slices of time, each in a task of its own",
              n, live, len(starts))
     return Spread(ttype, starts)
+
+
+def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tasks: int) -> Spread | None:
+    """Slices of time for a loop too large for one task, planned by one job over its entering
+    collections (:func:`measure_spread`, :func:`spread_of`); ``None`` when the time is not
+    totally ordered or the loop cannot be sliced to fit a task."""
+    if not isinstance(ttype, Total) or not inputs or per_task <= 0:
+        return None
+    sizes = measure_spread(ttype, inputs)
+    return None if sizes is None else spread_of(ttype, sizes, per_task, tasks)

@@ -60,14 +60,25 @@ data); here the whole loop is one task of one job:
   slice's task reads its updates and the inputs accumulated before it (its snapshot)
   and runs the loop as one task would; a slice's answer is the whole answer's rows at
   its times (:class:`spark_differential.engine.chunks.Spread`), so nothing is
-  consolidated across tasks.  A large state (live rows over half a task) cannot be
-  sliced this way and runs distributed.
+  consolidated across tasks.
+* A large state (live rows over half a task: every slice would carry it) runs in **key
+  partitions** instead (``localSpread=keys`` forces it): as many tasks as the session
+  runs at once, in one barrier stage, each running the same program over the keys it
+  owns (:mod:`.exchange`).  Each stateful step's new updates go first to the task owning
+  their keys, the sources and each iteration's change to the task owning their data; the
+  traces stay in the task that built them and only the changes travel, over sockets the
+  tasks open to each other (the driver sees their addresses alone).  The changes per
+  iteration are the tasks' sums, so they stop together; time chunks are planned from
+  their summed figures.  A task may hold :data:`~.launch.KEY_FACTOR` times ``localRows``
+  input rows; above that the loop runs distributed.  Spark retries a failed barrier
+  stage whole when it is a map stage, so the answer crosses one shuffle.
 
 The modules, in the order a loop meets them: :mod:`.record` (the recorder: a handler of
 :mod:`spark_differential.engine.call` that records the body's steps into a
 :mod:`.program`, with :mod:`.translate` / :mod:`.translate_connect` for the linear
 steps), :mod:`.launch` (the driver: the sources tagged into one table by :mod:`.sources`,
 one ``mapInArrow`` job, the task's report read back), :mod:`.task` (the task's function),
+:mod:`.exchange` (key partitions: which task owns a row, and the tasks' exchanges),
 :mod:`.iteration` (the loop over the program's steps, in time chunks by :mod:`.chunking`),
 :mod:`.step` (one step: its kernel over new updates and its traces,
 :class:`spark_differential.trace.arrow.ArrowTrace`).  :mod:`.pipeline` runs a chain of

@@ -202,7 +202,11 @@ class Exchange:
         self._rounds += 1
         for k in range(1, self.size):
             q = (self.rank + k) % self.size
-            self._out[q].sendall(_HEADER.pack(len(parts[q])) + parts[q])
+            try:
+                self._out[q].sendall(_HEADER.pack(len(parts[q])) + parts[q])
+            except OSError as e:
+                raise ExchangeError(f"could not send to task {q} of the loop's key partitions "
+                                    f"(exchange {self._rounds}): {e}") from e
         got: list[bytes] = []
         for q in range(self.size):
             if q == self.rank:

@@ -44,6 +44,11 @@ log = logging.getLogger("spark_differential.iterate")
 # an answer of at most this many rows (and task.LOCAL_RESULT_BYTES) comes back to the driver with the
 # task's report on a classic session: the loop's DataFrame is then local rows
 LOCAL_RESULT_ROWS = 10_000
+# a task of a loop in key partitions may hold this many times localRows input rows: it keeps the
+# traces and the answer of its keys alone (seed 001's large graph, 12 M input rows in two key
+# partitions: 3.4 GB peak per Python worker, where one task's 10^6-change BFS over the small graph
+# peaks at 3.5 GB with 2 M rows, most of it the answer over a million distinct times)
+KEY_FACTOR = 3
 
 
 
@@ -93,7 +98,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         program = dataclasses.replace(program, drops=spread.drops(), threads=1, limit=2 * program.limit)
     elif parts > 1:
         union = union.repartition(parts)
-        program = dataclasses.replace(program, parts=parts, threads=1,
+        program = dataclasses.replace(program, parts=parts, threads=1, limit=KEY_FACTOR * program.limit,
                                       input_schema=arrow_schema(spark, union.schema))
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
@@ -144,7 +149,8 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     # one task or key partitions: the changes per iteration; slices: only the longest task's count is known
     history = [] if spread is not None else [int(x) for x in str(metrics.get("history") or "").split(",") if x]
     for i, n in enumerate(history, start=1):
-        log.info("dd_iterate: iteration %d: %d changes (in one task, %.1fs)", i, n, elapsed)
+        log.info("dd_iterate: iteration %d: %d changes (%s, %.1fs)", i, n,
+                 f"in {parts} key partitions" if parts > 1 else "in one task", elapsed)
     if bar is not None:
         bar.update(len(history))
         if history:
@@ -191,6 +197,8 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
     log.debug("dd_iterate: body recorded in %.2fs", _time.time() - started)
     spark = df.sparkSession
     mode = settings.local_spread(spark)
+    parts = settings.parallelism(spark)
+    keyed = KEY_FACTOR * limit * parts if parts > 1 else 0  # the input rows key partitions may hold
     estimate, held = estimated_rows(sources)
     if mode in ("auto", "off"):
         if estimate <= limit:
@@ -203,31 +211,52 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
         if mode == "off":
             log.info("dd_iterate: running distributed, not inside one task: %s (%s=off)", why, settings.LOCAL_SPREAD)
             return None
-        log.info("dd_iterate: not inside one task: %s; spreading slices of time over tasks", why)
-    if mode != "keys":
-        spread = _spread(program, cs, sources, limit)
+        log.info("dd_iterate: not inside one task: %s", why)
+    rows = estimate  # a lower estimate of the input rows (0: not known)
+    sliced = False  # slices of time tried
+
+    def slices() -> Any:
+        nonlocal rows, sliced
+        sliced = True
+        log.info("dd_iterate: spreading slices of time over tasks")
+        spread, measured = _spread(program, cs, sources, limit)
         result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
-        if result is not None:
+        rows = max(rows, measured)
+        if result is None:
+            log.info("dd_iterate: not in slices of time: %s",
+                     "a slice of time holds too many rows for a task" if spread is not None
+                     else "its time cannot be sliced to fit a task")
+        return result
+
+    # key partitions first when the sizes known before a job say they hold the input (where
+    # the input outgrows one task but not the session's tasks together they beat slices of
+    # time, which pay a planning job); else slices of time, whose planning job counts the rows
+    if mode == "always" or (mode == "auto" and not limit < estimate <= keyed):
+        if (result := slices()) is not None:
             return result
-        log.info("dd_iterate: not in slices of time: %s",
-                 "a slice of time holds too many rows for a task" if spread is not None
-                 else "its time cannot be sliced to fit a task")
-    parts = settings.parallelism(spark)
-    if parts < 2 or estimate > parts * limit:
+    if parts < 2 or rows > keyed:
         log.info("dd_iterate: running distributed, not inside tasks: %s",
                  "the session runs one task at a time" if parts < 2
-                 else f"Spark estimates {estimate} input rows, more than {parts} tasks of {limit} hold")
+                 else f"{rows} input rows, more than {parts} tasks of {KEY_FACTOR * limit} hold")
         return None
     log.info("dd_iterate: running in %d key partitions, a task each, exchanging their changes", parts)
     result = run_in_task(df, cs, program, sources, bar, parts=parts)
     if result is None:
-        log.info("dd_iterate: running distributed, not inside tasks: a key partition holds too many rows")
+        log.info("dd_iterate: not in key partitions: a key partition holds too many rows")
+        if mode == "auto" and not sliced:
+            result = slices()
+    if result is None:
+        log.info("dd_iterate: running distributed, not inside tasks")
     return result
 
 
-def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int) -> Any:
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int) -> tuple[Any, int]:
     """Slices of time planned by one job to spread a loop too large for one task over
-    tasks (:func:`spark_differential.engine.chunks.plan_spread`), or ``None``."""
+    tasks (:func:`spark_differential.engine.chunks.spread_of`), or ``None``; and the input
+    rows that job counted (0: no job)."""
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
-        return None
-    return _chunks.plan_spread(cs.ttype, list(sources), limit, settings.parallelism(sources[0].sparkSession))
+        return None, 0
+    sizes = _chunks.measure_spread(cs.ttype, list(sources))
+    if sizes is None:
+        return None, 0
+    return _chunks.spread_of(cs.ttype, sizes, limit, settings.parallelism(sources[0].sparkSession)), sizes.n

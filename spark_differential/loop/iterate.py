@@ -393,10 +393,12 @@ def dd_iterate(
     DataFrame explodes: its plan reads the checkpoint through a ``Generate`` (``inline``),
     and the JVM keeps about a third of the memory a row per change would take.  Larger
     inputs over a totally ordered time run in slices of time, each inside a task of its
-    own, all in one job (each slice starts from the inputs accumulated before it;
-    ``spark_differential.iterate.localSpread``: ``auto``, ``always`` or ``off``).  Otherwise (a nested
-    ``dd_iterate``, an expression the translator does not cover, a state too large to slice)
-    the loop runs iteration by iteration on the cluster; the reason is logged at INFO.
+    own, all in one job (each slice starts from the inputs accumulated before it); a state
+    too large to slice runs in key partitions, a task each of one barrier stage, the tasks
+    exchanging their changes (``spark_differential.iterate.localSpread``: ``auto``,
+    ``always``, ``keys`` or ``off``).  Otherwise (a nested ``dd_iterate``, an expression the
+    translator does not cover, a state too large for the session's tasks together) the
+    loop runs iteration by iteration on the cluster; the reason is logged at INFO.
     On Spark Connect the steps are read from the client's plan, with the types
     checked against the server's schema; fewer kinds of expressions are read there
     (no division or floating point), the others run distributed.
