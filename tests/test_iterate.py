@@ -569,11 +569,12 @@ def test_spread_over_slices_of_other_time_types_matches_one_task(spark, caplog, 
 
 @pytest.mark.parametrize("case", ["auto-sized", "auto", "off"])
 def test_loop_too_large_for_one_task_moves_on(spark, caplog, monkeypatch, case):
-    """Input (~100 rows) above localRows (60), its live rows below half of it.  With ``auto``:
-    in key partitions when Spark's plan statistics say the session's tasks hold it (here
-    made to say 100 rows: local rows carry no size in their plans); where they say nothing,
-    the one task stops reading and the slices' planning job counts the rows: slices of time,
-    a task each.  With ``off``: distributed.  The same answer each time."""
+    """Input (~100 rows) above localRows (60), within two key partitions' share (3 x 60 each).
+    With ``auto``: in key partitions, either at once when Spark's plan statistics say so
+    (here made to say 100 rows: local rows carry no size in their plans), or where they say
+    nothing after the one task stops reading and the slices' planning job counts the rows
+    and finds up to 59 distinct data (too many for slices of 60).  With ``off``: distributed.
+    The same answer each time."""
     from spark_differential.intask import launch
 
     if case == "auto-sized":
@@ -587,10 +588,35 @@ def test_loop_too_large_for_one_task_moves_on(spark, caplog, monkeypatch, case):
         spark.conf.unset(LOCAL_ROWS)
         spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.records]
-    assert any("slices of time, each inside a task" in m for m in messages) == (case == "auto"), messages
-    assert any("key partitions, a task each (" in m for m in messages) == (case == "auto-sized"), messages
+    assert any("key partitions, a task each (" in m for m in messages) == (case != "off"), messages
     assert any("running distributed" in m for m in messages) == (case == "off"), messages
     assert any("one task would hold more than 60" in m for m in messages) == (case != "auto-sized"), messages
+    assert any("up to 59 live rows (distinct data)" in m for m in messages) == (case == "auto"), messages
+
+
+def test_many_changes_over_few_edges_run_in_slices_of_time(spark, caplog):
+    """150 changes toggling 8 edges, ``localRows=20``: more rows than two key partitions hold
+    (3 x 20 each), few enough distinct edges for slices of time: ``auto`` slices time, a task
+    each, against the oracle."""
+    rng = random.Random(7)
+    edges = [(rng.randrange(5), rng.randrange(1, 6)) for _ in range(8)]
+    present: set = set()
+    ups = []
+    for t in range(150):
+        e = rng.choice(edges)
+        ups.append((e, t, -1 if e in present else 1))
+        present ^= {e}
+    e_coll, r_coll = Coll(("src", "dst"), ups), Coll(("node",), [((0,), 0, 1)])
+    caplog.set_level(logging.INFO, logger="spark_differential.iterate")
+    spark.conf.set(LOCAL_ROWS, "20")
+    try:
+        roots = to_df(spark, r_coll, Total()).select("node", F.lit(0).cast("long").alias("dist"), "time", "diff")
+        got = bfs(roots, to_df(spark, e_coll, Total()))
+        assert_matches(got, ref_bfs(e_coll, r_coll, Total()))
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(re.search(r"iterations in \d+ slices of time, each inside a task", m) for m in messages), messages
 
 
 @pytest.mark.parametrize("name", connect_params(list(LATTICES), "product2"))

@@ -28,7 +28,9 @@ follows ``updates / live rows``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -240,35 +242,57 @@ class Spread:
 @dataclass(frozen=True)
 class SpreadSizes:
     """What one job measures of a loop's entering collections to slice its time: updates,
-    live rows (data with a nonzero accumulated count), the first encoded time, and time
+    live rows (data with a nonzero accumulated count: ``exact``, or bounded above by the
+    distinct data ever seen, counted by HyperLogLog), the first encoded time, and time
     quantiles."""
 
     n: int
     live: int
     lo: int
     quantiles: tuple[int, ...]
+    exact: bool = False
+
+
+# HyperLogLog's relative standard deviation for the distinct data of a slices' plan, and the
+# margin over its count that bounds the live rows (three deviations)
+DISTINCT_RSD = 0.02
+DISTINCT_MARGIN = 1 + 3 * DISTINCT_RSD
 
 
 def measure_spread(ttype: TimeType, inputs: Sequence[DataFrame]) -> SpreadSizes | None:
-    """:class:`SpreadSizes` of ``inputs`` (a totally ordered time), in one job; ``None`` when
-    they hold no update."""
+    """:class:`SpreadSizes` of ``inputs`` (a totally ordered time) in one job of partial
+    aggregates (no shuffle of the updates): the live rows bounded by the distinct data;
+    ``None`` when they hold no update.  :func:`exact_live` counts them exactly."""
     leaf = ttype.encode_column(F.col(TIME))[0]
-    rows = _sizes(ttype, inputs).select("n", "live", "lo", "hi", F.lit(None).cast("array<bigint>").alias("q"))
+    rows = None
     times = None
     for df in inputs:
+        data = _data(df)
+        distinct = (F.approx_count_distinct(F.xxhash64(*qcols(data)), DISTINCT_RSD) if data
+                    else F.lit(1).cast("bigint"))
+        r = df.agg(F.count(F.lit(1)).alias("n"), distinct.alias("live"), F.min(leaf).alias("lo"),
+                   F.lit(None).cast("array<bigint>").alias("q"))
+        rows = r if rows is None else rows.unionByName(r)
         t = df.select(leaf.alias("_t"))
         times = t if times is None else times.unionByName(t)
-    assert times is not None
+    assert rows is not None and times is not None
     probes = [i / SPREAD_PROBES for i in range(1, SPREAD_PROBES)]
     q = times.agg(F.percentile_approx("_t", probes, 10 * SPREAD_PROBES).alias("q")).select(
-        *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo", "hi")], "q")
+        *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo")], "q")
     got = rows.unionByName(q).collect()
-    sizes = [r for r in got if r["q"] is None and r["n"] is not None and r["lo"] is not None]
+    sizes = [r for r in got if r["q"] is None and r["n"] and r["lo"] is not None]
     if not sizes:
         return None
     quantiles = tuple(int(x) for r in got if r["q"] is not None for x in r["q"] if x is not None)
-    return SpreadSizes(sum(int(r["n"]) for r in sizes), sum(int(r["live"]) for r in sizes),
-                       min(int(r["lo"]) for r in sizes), quantiles)
+    bound = sum(min(int(r["n"]), math.ceil(int(r["live"]) * DISTINCT_MARGIN)) for r in sizes)
+    return SpreadSizes(sum(int(r["n"]) for r in sizes), bound, min(int(r["lo"]) for r in sizes), quantiles)
+
+
+def exact_live(ttype: TimeType, inputs: Sequence[DataFrame], sizes: SpreadSizes) -> SpreadSizes:
+    """``sizes`` with the live rows counted exactly (one job: the updates grouped by data)."""
+    assert isinstance(ttype, Total)
+    live = sum(int(r["live"] or 0) for r in _sizes(ttype, inputs).select("live").collect())
+    return dataclasses.replace(sizes, live=live, exact=True)
 
 
 def spread_of(ttype: TimeType, sizes: SpreadSizes, per_task: int, tasks: int) -> Spread | None:
@@ -278,8 +302,9 @@ def spread_of(ttype: TimeType, sizes: SpreadSizes, per_task: int, tasks: int) ->
     ``per_task`` for updates: slicing time cannot make such a loop fit a task."""
     n, live, lo, quantiles = sizes.n, sizes.live, sizes.lo, sizes.quantiles
     room = per_task - live
-    if room < per_task // 2:
-        log.info("dd_iterate: %d live rows leave too little of a task's %d rows to slice time", live, per_task)
+    if not fits(sizes, per_task):
+        log.info("dd_iterate: %s%d live rows leave too little of a task's %d rows to slice time",
+                 "" if sizes.exact else "up to ", live, per_task)
         return None
     count = max(tasks, -(-n // room))
     count = -(-count // tasks) * tasks  # whole rounds of tasks: no core idles through a last slice alone
@@ -288,8 +313,8 @@ def spread_of(ttype: TimeType, sizes: SpreadSizes, per_task: int, tasks: int) ->
     starts = (lo, *(c for c in cuts if c > lo))
     if len(starts) < 2:
         return None
-    log.info("dd_iterate: %d updates (%d live) over %d slices of time, each in a task of its own",
-             n, live, len(starts))
+    log.info("dd_iterate: %d updates (%s%d live) over %d slices of time, each in a task of its own",
+             n, "" if sizes.exact else "at most ", live, len(starts))
     return Spread(ttype, starts)
 
 
@@ -300,4 +325,13 @@ def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tas
     if not isinstance(ttype, Total) or not inputs or per_task <= 0:
         return None
     sizes = measure_spread(ttype, inputs)
-    return None if sizes is None else spread_of(ttype, sizes, per_task, tasks)
+    if sizes is None:
+        return None
+    if not fits(sizes, per_task):
+        sizes = exact_live(ttype, inputs, sizes)
+    return spread_of(ttype, sizes, per_task, tasks)
+
+
+def fits(sizes: SpreadSizes, per_task: int) -> bool:
+    """Whether the live rows leave at least half of a task's ``per_task`` rows for updates."""
+    return per_task - sizes.live >= per_task // 2

@@ -219,7 +219,7 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
         nonlocal rows, sliced
         sliced = True
         log.info("dd_iterate: spreading slices of time over tasks")
-        spread, measured = _spread(program, cs, sources, limit)
+        spread, measured = _spread(program, cs, sources, limit, keyed)
         result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
         rows = max(rows, measured)
         if result is None:
@@ -250,13 +250,21 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
     return result
 
 
-def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int) -> tuple[Any, int]:
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int,
+            keyed: int) -> tuple[Any, int]:
     """Slices of time planned by one job to spread a loop too large for one task over
     tasks (:func:`spark_differential.engine.chunks.spread_of`), or ``None``; and the input
-    rows that job counted (0: no job)."""
+    rows that job counted (0: no job).  Where the distinct data may not leave room for
+    slices, a second job counts the live rows exactly, unless key partitions (``keyed``
+    input rows) hold the input: they go next."""
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None, 0
     sizes = _chunks.measure_spread(cs.ttype, list(sources))
     if sizes is None:
         return None, 0
+    if not _chunks.fits(sizes, limit):
+        if sizes.n <= keyed:
+            log.info("dd_iterate: up to %d live rows (distinct data) in %d input rows", sizes.live, sizes.n)
+            return None, sizes.n
+        sizes = _chunks.exact_live(cs.ttype, list(sources), sizes)
     return _chunks.spread_of(cs.ttype, sizes, limit, settings.parallelism(sources[0].sparkSession)), sizes.n
