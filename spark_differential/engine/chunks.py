@@ -253,16 +253,23 @@ class SpreadSizes:
     exact: bool = False
 
 
+# time values read (at least, in a sample) for a slices' plan's quantiles: 100 per probe
+QUANTILE_SAMPLE = 100 * SPREAD_PROBES
 # HyperLogLog's relative standard deviation for the distinct data of a slices' plan, and the
 # margin over its count that bounds the live rows (three deviations)
 DISTINCT_RSD = 0.02
 DISTINCT_MARGIN = 1 + 3 * DISTINCT_RSD
 
 
-def measure_spread(ttype: TimeType, inputs: Sequence[DataFrame]) -> SpreadSizes | None:
+def measure_spread(ttype: TimeType, inputs: Sequence[DataFrame], at_least: int = 0) -> SpreadSizes | None:
     """:class:`SpreadSizes` of ``inputs`` (a totally ordered time) in one job of partial
     aggregates (no shuffle of the updates): the live rows bounded by the distinct data;
-    ``None`` when they hold no update.  :func:`exact_live` counts them exactly."""
+    ``None`` when they hold no update.  :func:`exact_live` counts them exactly.
+
+    ``at_least``: the inputs are known to hold at least that many updates; the time
+    quantiles are then read from a sample of about :data:`QUANTILE_SAMPLE` of them (the
+    quantile sketch costs more than the rest of the job: 3.4 of 5.6 s over 2 x 10^7
+    updates, 0.7 s over a 2% sample)."""
     leaf = ttype.encode_column(F.col(TIME))[0]
     rows = None
     times = None
@@ -276,6 +283,8 @@ def measure_spread(ttype: TimeType, inputs: Sequence[DataFrame]) -> SpreadSizes 
         t = df.select(leaf.alias("_t"))
         times = t if times is None else times.unionByName(t)
     assert rows is not None and times is not None
+    if at_least > 2 * QUANTILE_SAMPLE:
+        times = times.sample(QUANTILE_SAMPLE / at_least, seed=at_least)
     probes = [i / SPREAD_PROBES for i in range(1, SPREAD_PROBES)]
     q = times.agg(F.percentile_approx("_t", probes, 10 * SPREAD_PROBES).alias("q")).select(
         *[F.lit(None).cast("bigint").alias(c) for c in ("n", "live", "lo")], "q")

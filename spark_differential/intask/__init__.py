@@ -48,30 +48,32 @@ data); here the whole loop is one task of one job:
 * A task that receives more than ``spark_differential.iterate.localRows`` input
   rows (:func:`spark_differential.core.settings.local_rows`;
   ``0`` disables the path) stops reading and
-  says so; the loop then runs in slices of time (below).  How the task ended (done, too large, or
-  out of iterations; its changes per iteration) reaches the driver through a PySpark
-  accumulator, which Spark merges from the successful attempt of the task only; on
-  Spark Connect (no accumulators) through the task's last row (:data:`~.task.META`), read
-  back from the checkpoint, one small job.
-* Inputs over ``localRows`` (Spark's plan statistics say so before any job) run in
-  slices of time, a task each, in one job (``spark_differential.iterate.localSpread``:
-  ``auto``, the default; ``always`` even when one task would do; ``off``: distributed):
-  one job plans the slices (:func:`spark_differential.engine.chunks.plan_spread`), each
-  slice's task reads its updates and the inputs accumulated before it (its snapshot)
-  and runs the loop as one task would; a slice's answer is the whole answer's rows at
-  its times (:class:`spark_differential.engine.chunks.Spread`), so nothing is
-  consolidated across tasks.
-* A large state (live rows over half a task: every slice would carry it) runs in **key
-  partitions** instead (``localSpread=keys`` forces it): as many tasks as the session
-  runs at once, in one barrier stage, each running the same program over the keys it
-  owns (:mod:`.exchange`).  Each stateful step's new updates go first to the task owning
-  their keys, the sources and each iteration's change to the task owning their data; the
-  traces stay in the task that built them and only the changes travel, over sockets the
-  tasks open to each other (the driver sees their addresses alone).  The changes per
-  iteration are the tasks' sums, so they stop together; time chunks are planned from
-  their summed figures.  A task may hold :data:`~.launch.KEY_FACTOR` times ``localRows``
-  input rows; above that the loop runs distributed.  Spark retries a failed barrier
-  stage whole when it is a map stage, so the answer crosses one shuffle.
+  says so; the loop then runs in key partitions or slices of time (below).  How the task
+  ended (done, too large, or out of iterations; its changes per iteration) reaches the
+  driver through a PySpark accumulator, which Spark merges from the successful attempt of
+  the task only; on Spark Connect (no accumulators) through the task's last row
+  (:data:`~.task.META`), read back from the checkpoint, one small job.
+* Inputs over ``localRows`` run in **key partitions** (any time type) or in **slices of
+  time** (a totally ordered time), still one job (``spark_differential.iterate.localSpread``:
+  ``auto``, the default; ``keys`` or ``always`` to force one even when one task would do;
+  ``off``: distributed).  Where Spark's plan statistics put the input within the key
+  partitions' share (:data:`~.launch.KEY_FACTOR` times ``localRows`` a task), key
+  partitions at once; else one job measures the inputs
+  (:func:`spark_differential.engine.chunks.measure_spread`: updates, live rows bounded by
+  the distinct data, time quantiles) and slices time when the live rows leave room, or
+  runs key partitions when they hold the input.
+* **Key partitions**: as many tasks as the session runs at once, in one barrier stage,
+  each running the same program over the keys it owns (:mod:`.exchange`).  Each stateful
+  step's new updates go first to the task owning their keys, the sources and each
+  iteration's change to the task owning their data; the traces stay in the task that
+  built them and only the changes travel, over sockets the tasks open to each other (the
+  driver sees their addresses alone).  The changes per iteration are the tasks' sums, so
+  they stop together; time chunks are planned from their summed figures.  Spark retries
+  a failed barrier stage whole when it is a map stage, so the answer crosses one shuffle.
+* **Slices of time**: each slice's task reads its updates and the inputs accumulated
+  before it (its snapshot) and runs the loop as one task would; a slice's answer is the
+  whole answer's rows at its times (:class:`spark_differential.engine.chunks.Spread`), so
+  nothing is consolidated across tasks.
 
 The modules, in the order a loop meets them: :mod:`.record` (the recorder: a handler of
 :mod:`spark_differential.engine.call` that records the body's steps into a

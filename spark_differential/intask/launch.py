@@ -213,13 +213,14 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
             return None
         log.info("dd_iterate: not inside one task: %s", why)
     rows = estimate  # a lower estimate of the input rows (0: not known)
+    at_least = max(estimate, limit + 1 if mode in ("auto", "off") else 0)  # the one task found more
     sliced = False  # slices of time tried
 
     def slices() -> Any:
         nonlocal rows, sliced
         sliced = True
         log.info("dd_iterate: spreading slices of time over tasks")
-        spread, measured = _spread(program, cs, sources, limit, keyed)
+        spread, measured = _spread(program, cs, sources, limit, keyed, at_least)
         result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
         rows = max(rows, measured)
         if result is None:
@@ -250,16 +251,17 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
     return result
 
 
-def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int,
-            keyed: int) -> tuple[Any, int]:
+def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int, keyed: int,
+            at_least: int) -> tuple[Any, int]:
     """Slices of time planned by one job to spread a loop too large for one task over
     tasks (:func:`spark_differential.engine.chunks.spread_of`), or ``None``; and the input
-    rows that job counted (0: no job).  Where the distinct data may not leave room for
+    rows that job counted (0: no job).  ``at_least``: the input is known to hold at least
+    that many rows.  Where the distinct data may not leave room for
     slices, a second job counts the live rows exactly, unless key partitions (``keyed``
     input rows) hold the input: they go next."""
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None, 0
-    sizes = _chunks.measure_spread(cs.ttype, list(sources))
+    sizes = _chunks.measure_spread(cs.ttype, list(sources), at_least)
     if sizes is None:
         return None, 0
     if not _chunks.fits(sizes, limit):
