@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Generator, Sequence
 
 from spark_differential.core.collection import DIFF
@@ -49,8 +50,8 @@ def fixed_point(program: Program, sources: Sequence[pa.Table]) -> tuple[pa.Table
     return (pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)), history, nchunks
 
 
-def stream(program: Program, sources: Sequence[pa.Table],
-           exchange: Exchange | None = None) -> Generator[pa.Table, None, tuple[list[int], int]]:
+def stream(program: Program, sources: Sequence[pa.Table], exchange: Exchange | None = None,
+           clock: list[float] | None = None) -> Generator[pa.Table, None, tuple[list[int], int]]:
     """Run the loop from its sources (the roots first) to its fixed point, yielding its
     answer in pieces (``program.roots``' columns; together one consolidated collection, no
     two pieces with a row of the same data and time) as they are known, and returning
@@ -72,7 +73,10 @@ def stream(program: Program, sources: Sequence[pa.Table],
     In key partitions (``exchange``: this task's part of the sources, :mod:`.exchange`) each
     source's rows go first to the tasks owning their data; the answer is then this task's
     part of it (the rows of the data it owns), every count the tasks' sum, and the chunks
-    run on one thread (the tasks' exchanges must come in the same order)."""
+    run on one thread (the tasks' exchanges must come in the same order).
+
+    ``clock`` (when given) gets the seconds since the loop started at the end of each
+    iteration, where one loop runs (not groups of chunks on threads)."""
 
     program = dataclasses.replace(program, steps=tuple(unconsolidated(s) for s in program.steps))
     if exchange is not None:
@@ -83,7 +87,7 @@ def stream(program: Program, sources: Sequence[pa.Table],
     if chunks is not None:
         sources = [chunked(t, c, chunks) for t, c in zip(sources, program.sources)]
     if chunks is None:
-        result, history = run_loop(program, program.steps, sources, exchange=exchange)
+        result, history = run_loop(program, program.steps, sources, exchange=exchange, clock=clock)
         if not history[-1]:
             yield conform(consolidated(result, program.roots.names[:-1]), program.roots)
         return history, 0
@@ -91,7 +95,7 @@ def stream(program: Program, sources: Sequence[pa.Table],
     rows = sum(t.num_rows for t in sources)
     groups = chunk_groups(sources, chunks, program.threads if rows >= program.thread_min_rows else 1)
     if len(groups) == 1:
-        result, history = run_loop(program, steps, sources, exchange=exchange)
+        result, history = run_loop(program, steps, sources, exchange=exchange, clock=clock)
         if not history[-1]:
             yield conform(unchunked(result, program.data, chunks)[0], program.roots)
         return history, chunks.count
@@ -134,7 +138,7 @@ def stream(program: Program, sources: Sequence[pa.Table],
 
 def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table],
              record: Callable[[int, int, int, pa.Table], None] | None = None,
-             exchange: Exchange | None = None) -> tuple[pa.Table, list[int]]:
+             exchange: Exchange | None = None, clock: list[float] | None = None) -> tuple[pa.Table, list[int]]:
     """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
     consolidated (chunked form when the steps are chunked), changes per iteration)``; the
     result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop.
@@ -146,8 +150,10 @@ def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequ
     ``exchange`` (key partitions; the sources already placed by their data): every stateful
     step's new updates go to the tasks owning their keys, each iteration's change to the
     tasks owning its data (so it is consolidated whole), and the changes per iteration are
-    the tasks' sums: every task stops at the same iteration."""
+    the tasks' sums: every task stops at the same iteration.  ``clock`` (when given) gets the
+    seconds since the start at the end of each iteration."""
 
+    started = time.perf_counter()
     cols = [*program.data, *leaves(program.width), DIFF]
     traces = {s.name: [ArrowTrace(i.schema, s.key_cols) for i in s.inputs] for s in steps if isinstance(s, Stateful)}
     roots = conform(sources[0], program.roots)
@@ -178,6 +184,8 @@ def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequ
         else:
             delta = conform(consolidated(out, cols[:-1]), program.roots)
         history.append(delta.num_rows if exchange is None else exchange.total(delta.num_rows))
+        if clock is not None:
+            clock.append(time.perf_counter() - started)
         if history[-1] == 0:
             break
         i += 1

@@ -148,9 +148,12 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
     elapsed = _time.time() - started
     # one task or key partitions: the changes per iteration; slices: only the longest task's count is known
     history = [] if spread is not None else [int(x) for x in str(metrics.get("history") or "").split(",") if x]
+    # seconds into the task's loop at each iteration's end, where it ran one loop (else the job's)
+    clock = [float(x) for x in str(metrics.get("clock") or "").split(",") if x]
+    where = f"in {parts} key partitions" if parts > 1 else "in one task"
     for i, n in enumerate(history, start=1):
-        log.info("dd_iterate: iteration %d: %d changes (%s, %.1fs)", i, n,
-                 f"in {parts} key partitions" if parts > 1 else "in one task", elapsed)
+        log.info("dd_iterate: iteration %d: %d changes (%s, %.1fs)", i, n, where,
+                 clock[i - 1] if len(clock) == len(history) else elapsed)
     if bar is not None:
         bar.update(len(history))
         if history:

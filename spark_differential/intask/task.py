@@ -142,8 +142,9 @@ def loop_task(program: Program, out_schema: pa.Schema,
             yield from looped(iter(table.filter(pc.equal(part, value)).to_batches()), program.drops[value])
 
     def report(status: int, iters: int, changing: int, history: Sequence[int] = (), chunks: int = 0,
-               phases: str = "", local: bool = False, answer: pa.Table | None = None) -> Iterator[pa.RecordBatch]:
-        meta = status_json(status, iters, changing, history, chunks, phases, local)
+               phases: str = "", local: bool = False, answer: pa.Table | None = None,
+               clock: Sequence[float] = ()) -> Iterator[pa.RecordBatch]:
+        meta = status_json(status, iters, changing, history, chunks, phases, local, clock)
         if reports is None:
             yield status_row(out_schema, meta)
             return
@@ -210,7 +211,8 @@ def loop_task(program: Program, out_schema: pa.Schema,
         read = _time.perf_counter()
         # the answer's pieces go to the JVM as the loop yields them (stream), but for a small
         # answer, held until it is known small enough to come back with the job
-        run = stream(program, sources, exchange)
+        clock: list[float] = []  # seconds into the loop at the end of each iteration
+        run = stream(program, sources, exchange, clock)
         held: list[pa.Table] | None = []
         rows = nbytes = 0
         while True:
@@ -233,12 +235,12 @@ def loop_task(program: Program, out_schema: pa.Schema,
                 yield from runs(p, program.data, out_schema).to_batches()
         phases = f"{read - started:.3f},{_time.perf_counter() - read:.3f}"
         if history[-1]:
-            yield from report(LIMIT, len(history), history[-1], history, nchunks, phases)
+            yield from report(LIMIT, len(history), history[-1], history, nchunks, phases, clock=clock)
             return
         # program.local_rows is 0 without reports (Spark Connect): nothing is held there
         local = held is not None and program.local_rows > 0
         answer = (pa.concat_tables(held) if held else program.roots.empty_table()) if local else None
-        yield from report(DONE, len(history), 0, history, nchunks, phases, local=local, answer=answer)
+        yield from report(DONE, len(history), 0, history, nchunks, phases, local=local, answer=answer, clock=clock)
 
     return run
 
@@ -286,14 +288,16 @@ def runs(result: pa.Table, data: Sequence[str], schema: pa.Schema) -> pa.Table:
 
 
 def status_json(status: int, iters: int, changing: int, history: Sequence[int] = (), chunks: int = 0,
-                 phases: str = "", local: bool = False) -> str:
+                 phases: str = "", local: bool = False, clock: Sequence[float] = ()) -> str:
     """How a task ended, as JSON: status, iterations, changes of the last one, changes per
     iteration (comma-separated), time chunks, phases (seconds reading, iterating), whether
-    the answer came back with the job."""
+    the answer came back with the job, seconds into the loop at each iteration's end
+    (comma-separated; empty where groups of chunks ran on threads)."""
     import json
 
     return json.dumps({"status": status, "iters": iters, "changing": changing, "history": ",".join(map(str, history)),
-                       "chunks": chunks, "phases": phases, "local": local})
+                       "chunks": chunks, "phases": phases, "local": local,
+                       "clock": ",".join(f"{c:.3f}" for c in clock)})
 
 
 def status_row(schema: pa.Schema, meta: str) -> pa.RecordBatch:
