@@ -27,6 +27,7 @@ from typing import Any
 
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import ExchangeError
+from spark_differential.kernels import duck
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -76,8 +77,6 @@ def _column_hash(column: Any) -> Any:
             nulls = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), dtype=bool)
             h[nulls] = np.uint64(_GOLDEN)
         return h
-    from spark_differential.kernels import duck
-
     out = duck.query('SELECT hash("c") AS h FROM $X', {"X": pa.table({"c": column})}).column(0)
     return np.asarray(out.to_numpy(zero_copy_only=False), dtype=np.uint64)
 
