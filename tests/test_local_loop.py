@@ -363,11 +363,12 @@ def test_status_rows_combine_per_field() -> None:
     import json
 
     a = task.status_row(pa.schema([("x", pa.int64()), (task.META, pa.string())]),
-                           task.status_json(task.DONE, 7, 0, [3, 1, 0], 4, "0.1,0.2", local=True))
+                           task.status_json(task.DONE, 7, 0, [3, 1, 0], 4, "0.1,0.2", local=True,
+                                            clock=[0.25, 0.5, 1.0]))
     assert a.column(0).to_pylist() == [None]
     first = json.loads(a.column(1)[0].as_py())
     assert first == {"status": 0, "iters": 7, "changing": 0, "history": "3,1,0", "chunks": 4, "phases": "0.1,0.2",
-                     "local": True}
+                     "local": True, "clock": "0.250,0.500,1.000"}
     other = json.dumps({**first, "status": task.LIMIT, "iters": 9, "changing": 5, "chunks": 2, "local": False})
     got = task.metrics([None, a.column(1)[0].as_py(), other])
     assert (got["status"], got["iters"], got["changing"], got["chunks"], got["local"]) == (task.LIMIT, 9, 5, 4, True)
