@@ -95,11 +95,14 @@ def test_spread_form_accumulates_per_slice_from_its_snapshot(spark, starts):
 def test_spread_plan_cuts_time_at_quantiles_and_refuses_a_large_state(spark):
     rows = [(k % 50, t, 1) for t in range(400) for k in (t, t + 1)]
     df = sd.collection(spark.createDataFrame(rows, "k long, time long, diff long"))
-    plan = plan_spread(lattice.Total("long"), [df], per_task=300, tasks=2)
+    plan, counted = plan_spread(lattice.Total("long"), [df], per_task=300, tasks=2)
+    assert counted == 800
     assert plan is not None and plan.starts[0] == 0 and list(plan.starts) == sorted(set(plan.starts))
     assert 3 <= plan.count <= 5, plan  # 800 updates, 50 live: about 250 a slice
-    assert plan_spread(lattice.Total("long"), [df], per_task=300, tasks=8).count >= 7  # a slice per core
-    assert plan_spread(lattice.Total("long"), [df], per_task=90, tasks=2) is None  # 50 live of 90: no room
+    assert plan_spread(lattice.Total("long"), [df], per_task=300, tasks=8)[0].count >= 7  # a slice per core
+    assert plan_spread(lattice.Total("long"), [df], per_task=90, tasks=2)[0] is None  # 50 live of 90: no room
+    # the distinct data leave no room, but key partitions of 800 updates hold the input: no exact count
+    assert plan_spread(lattice.Total("long"), [df], per_task=90, tasks=2, keyed=800) == (None, 800)
 
 
 def test_chunked_form_of_dates(spark):

@@ -327,18 +327,25 @@ def spread_of(ttype: TimeType, sizes: SpreadSizes, per_task: int, tasks: int) ->
     return Spread(ttype, starts)
 
 
-def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tasks: int) -> Spread | None:
-    """Slices of time for a loop too large for one task, planned by one job over its entering
-    collections (:func:`measure_spread`, :func:`spread_of`); ``None`` when the time is not
-    totally ordered or the loop cannot be sliced to fit a task."""
+def plan_spread(ttype: TimeType, inputs: Sequence[DataFrame], per_task: int, tasks: int, at_least: int = 0,
+                keyed: int = 0) -> tuple[Spread | None, int]:
+    """Slices of time for a loop too large for one task, planned over its entering
+    collections (:func:`measure_spread`, :func:`spread_of`), and the updates the plan counted
+    (0: none).  ``None`` when the time is not totally ordered or the loop cannot be sliced
+    to fit a task.  Where the distinct data may not leave room, a second job counts the
+    live rows exactly, unless the input holds at most ``keyed`` updates (key partitions
+    hold it: they go next).  ``at_least``: see :func:`measure_spread`."""
     if not isinstance(ttype, Total) or not inputs or per_task <= 0:
-        return None
-    sizes = measure_spread(ttype, inputs)
+        return None, 0
+    sizes = measure_spread(ttype, inputs, at_least)
     if sizes is None:
-        return None
+        return None, 0
     if not fits(sizes, per_task):
+        if sizes.n <= keyed:
+            log.info("dd_iterate: up to %d live rows (distinct data) in %d input rows", sizes.live, sizes.n)
+            return None, sizes.n
         sizes = exact_live(ttype, inputs, sizes)
-    return spread_of(ttype, sizes, per_task, tasks)
+    return spread_of(ttype, sizes, per_task, tasks), sizes.n
 
 
 def fits(sizes: SpreadSizes, per_task: int) -> bool:

@@ -256,20 +256,10 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
 
 def _spread(program: Program, cs: CollectionSchema, sources: Sequence[Any], limit: int, keyed: int,
             at_least: int) -> tuple[Any, int]:
-    """Slices of time planned by one job to spread a loop too large for one task over
-    tasks (:func:`spark_differential.engine.chunks.spread_of`), or ``None``; and the input
-    rows that job counted (0: no job).  ``at_least``: the input is known to hold at least
-    that many rows.  Where the distinct data may not leave room for
-    slices, a second job counts the live rows exactly, unless key partitions (``keyed``
-    input rows) hold the input: they go next."""
+    """Slices of time planned to spread a loop too large for one task over tasks
+    (:func:`spark_differential.engine.chunks.plan_spread`), or ``None``; and the input rows
+    the plan counted (0: no job)."""
     if program.chunk_rows == 0 or program.width != 1 or not isinstance(cs.ttype, Total):
         return None, 0
-    sizes = _chunks.measure_spread(cs.ttype, list(sources), at_least)
-    if sizes is None:
-        return None, 0
-    if not _chunks.fits(sizes, limit):
-        if sizes.n <= keyed:
-            log.info("dd_iterate: up to %d live rows (distinct data) in %d input rows", sizes.live, sizes.n)
-            return None, sizes.n
-        sizes = _chunks.exact_live(cs.ttype, list(sources), sizes)
-    return _chunks.spread_of(cs.ttype, sizes, limit, settings.parallelism(sources[0].sparkSession)), sizes.n
+    return _chunks.plan_spread(cs.ttype, list(sources), limit, settings.parallelism(sources[0].sparkSession),
+                               at_least, keyed)
