@@ -227,20 +227,26 @@ def ours_run(spark: Any, nodes: int, edges: int, changes: int, seed: int, batch:
             "result": result, "updates": updates, "iterations": handler.rows}
 
 
-def forced_run(spark: Any, args: Any, n: int) -> dict[str, Any]:
-    """:func:`ours_run` with ``localRows`` at ``--cliff``: the loop forced out of one task (into
+def forced_run(spark: Any, args: Any, n: int, partition_rows: int = 0) -> dict[str, Any]:
+    """:func:`ours_run` with ``localRows`` at ``--cliff`` (and ``partitionRows`` at
+    ``partition_rows``, where given): the loop forced out of one task (into key partitions,
     slices of time, or the distributed loop); ``paths`` says which, from the library's log."""
-    key = "spark_differential.iterate.localRows"
-    spark.conf.set(key, str(args.cliff))
+    keys = {"spark_differential.iterate.localRows": args.cliff}
+    if partition_rows:
+        keys["spark_differential.iterate.partitionRows"] = partition_rows
+    for key, value in keys.items():
+        spark.conf.set(key, str(value))
     handler = _Messages()
     lg = logging.getLogger("spark_differential.iterate")
     lg.addHandler(handler)
     try:
         out = ours_run(spark, args.nodes, args.edges, n, args.seed, 1, args.ours_limit)
     finally:
-        spark.conf.unset(key)
+        for key in keys:
+            spark.conf.unset(key)
         lg.removeHandler(handler)
-    out["paths"] = [m for m in handler.messages if "slices of time" in m or "running distributed" in m][:3]
+    out["paths"] = [m for m in handler.messages
+                    if "slices of time" in m or "key partitions, a task each" in m or "running distributed" in m][:3]
     return out
 
 
@@ -340,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cliff", type=int, default=0, metavar="ROWS",
                     help="also run ours at every size with spark_differential.iterate.localRows=ROWS (far below the "
                          "input: forced out of one task) and report its time over the default run's (0: skip)")
+    ap.add_argument("--cliff-partition-rows", type=int, default=0, metavar="ROWS",
+                    help="with --cliff, also run ours with spark_differential.iterate.partitionRows=ROWS (below the "
+                         "input over the session's tasks: out of key partitions too) and report its ratio (0: skip)")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in (args.changes or ("2000" if args.quick else "10000,100000,1000000")).split(",")]
     limit = args.time_limit
@@ -388,16 +397,21 @@ def main(argv: list[str] | None = None) -> int:
         if m.ok and py.get("changes") is not None:
             report.check(f"{case}: distance changes ours == Python recompute", res["changes"] == py["changes"],
                          f"{res['changes']} vs {py['changes']}")
-        if m.ok and args.cliff:
+        for part_rows in ([0, args.cliff_partition_rows] if args.cliff_partition_rows else [0]):
+            if not (m.ok and args.cliff):
+                break
             forced: dict[str, Any] = {}
-            fm = measure_ours(f"bfs (dd_iterate), {n:,} changes, localRows={args.cliff:,}",
-                              lambda n=n, forced=forced: forced.update(forced_run(spark, args, n)), forced, repeat)
+            what = f"localRows={args.cliff:,}" + (f", partitionRows={part_rows:,}" if part_rows else "")
+            fm = measure_ours(f"bfs (dd_iterate), {n:,} changes, {what}",
+                              lambda n=n, forced=forced, p=part_rows: forced.update(forced_run(spark, args, n, p)),
+                              forced, repeat)
             if fm.ok:
                 fm.extra.update(output_changes=forced["changes"], paths=forced["paths"])
-                report.check(f"{case}: localRows={args.cliff:,} gives the default run's rows",
+                report.check(f"{case}: {what} gives the default run's rows",
                              same_rows(res["result"], forced["result"]), f"{forced['changes']} vs {res['changes']}")
-            report.add(f"{case}: localRows={args.cliff:,} (forced out of one task) vs default", fm, m,
-                       note="ratio = default time / forced time (no cliff: at least 0.5)")
+            report.add(f"{case}: {what} (forced out of one task) vs default", fm, m,
+                       note="ratio = default time / forced time (no cliff: at least 0.5)" if not part_rows
+                       else "ratio = default time / forced time (the key partitions refused: the distributed loop)")
         if m.ok and args.check:
             try:
                 k = check(res["updates"], at_samples(res["updates"], res["result"], args.check, args.seed), args.check,

@@ -4,6 +4,7 @@ nested loops, and the loop's errors."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import re
@@ -94,6 +95,19 @@ def prefixed(case: int, coll: Coll) -> list:
 
 LATTICES = {"int": Total(), "product2": Product([Total(), Total()])}
 LOCAL_ROWS = "spark_differential.iterate.localRows"
+PARTITION_ROWS = "spark_differential.iterate.partitionRows"
+
+
+@contextlib.contextmanager
+def rows_limits(spark, local: int, partition: int):
+    """``localRows`` and ``partitionRows`` set for the block (unset after)."""
+    spark.conf.set(LOCAL_ROWS, str(local))
+    spark.conf.set(PARTITION_ROWS, str(partition))
+    try:
+        yield
+    finally:
+        spark.conf.unset(LOCAL_ROWS)
+        spark.conf.unset(PARTITION_ROWS)
 
 
 @pytest.fixture(params=["in_task", "keys"] if CONNECT else ["in_task", "keys", "distributed"])
@@ -567,37 +581,41 @@ def test_spread_over_slices_of_other_time_types_matches_one_task(spark, caplog, 
     assert any(re.search(r"in [2-9] slices of time, each inside a task", m.getMessage()) for m in caplog.records)
 
 
-@pytest.mark.parametrize("case", ["auto-sized", "auto", "off"])
+@pytest.mark.parametrize("case", ["auto-sized", "auto", "off", "partitions-off"])
 def test_loop_too_large_for_one_task_moves_on(spark, caplog, monkeypatch, case):
-    """Input (~100 rows) above localRows (60), within two key partitions' share (3 x 60 each).
-    With ``auto``: in key partitions, either at once when Spark's plan statistics say so
-    (here made to say 100 rows: local rows carry no size in their plans), or where they say
-    nothing after the one task stops reading and the slices' planning job counts the rows
-    and finds up to 59 distinct data (too many for slices of 60).  With ``off``: distributed.
-    The same answer each time."""
+    """Input (~100 rows) above localRows (60), within two key partitions' share
+    (``partitionRows`` 180 each).  With ``auto``: in key partitions at once, where Spark's
+    plan statistics size the input (here made to say 100 rows) and where they do not (local
+    rows parallelised from a Python list carry no size in their plans): then one job counts
+    the rows first, and no task is started to be abandoned.  With ``partitionRows=0``: in
+    slices of time (few distinct edges).  With ``off``: distributed.  The same answer each
+    time."""
     from spark_differential.intask import launch
+    from spark_differential.intask.sources import Estimate
 
     if case == "auto-sized":
-        monkeypatch.setattr(launch, "estimated_rows", lambda sources: (100, False))
+        monkeypatch.setattr(launch, "estimated_rows", lambda sources: Estimate(100, False, True))
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-    spark.conf.set(LOCAL_ROWS, "60")
-    spark.conf.set("spark_differential.iterate.localSpread", case.split("-")[0])
+    spark.conf.set("spark_differential.iterate.localSpread", "off" if case == "off" else "auto")
     try:
-        check_random_bfs(spark, Total(), 29, 8)
+        with rows_limits(spark, 60, 0 if case == "partitions-off" else 180):
+            check_random_bfs(spark, Total(), 29, 8)
     finally:
-        spark.conf.unset(LOCAL_ROWS)
         spark.conf.unset("spark_differential.iterate.localSpread")
     messages = [r.getMessage() for r in caplog.records]
-    assert any("key partitions, a task each (" in m for m in messages) == (case != "off"), messages
+    keyed = case in ("auto-sized", "auto")
+    assert any("key partitions, a task each (" in m for m in messages) == keyed, messages
+    assert any("slices of time, each inside a task" in m for m in messages) == (case == "partitions-off"), messages
     assert any("running distributed" in m for m in messages) == (case == "off"), messages
-    assert any("one task would hold more than 60" in m for m in messages) == (case != "auto-sized"), messages
-    assert any("up to 59 live rows (distinct data)" in m for m in messages) == (case == "auto"), messages
+    assert not any("one task would hold more than" in m for m in messages), messages
+    counted = [m for m in messages if "do not size the input: counted" in m]
+    assert bool(counted) == (case != "auto-sized"), messages
 
 
 def test_many_changes_over_few_edges_run_in_slices_of_time(spark, caplog):
     """150 changes toggling 8 edges, ``localRows=20``: more rows than two key partitions hold
-    (3 x 20 each), few enough distinct edges for slices of time: ``auto`` slices time, a task
-    each, against the oracle."""
+    (``partitionRows`` 60 each), few enough distinct edges for slices of time: ``auto``
+    slices time, a task each, against the oracle."""
     rng = random.Random(7)
     edges = [(rng.randrange(5), rng.randrange(1, 6)) for _ in range(8)]
     present: set = set()
@@ -608,13 +626,10 @@ def test_many_changes_over_few_edges_run_in_slices_of_time(spark, caplog):
         present ^= {e}
     e_coll, r_coll = Coll(("src", "dst"), ups), Coll(("node",), [((0,), 0, 1)])
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-    spark.conf.set(LOCAL_ROWS, "20")
-    try:
+    with rows_limits(spark, 20, 60):
         roots = to_df(spark, r_coll, Total()).select("node", F.lit(0).cast("long").alias("dist"), "time", "diff")
         got = bfs(roots, to_df(spark, e_coll, Total()))
         assert_matches(got, ref_bfs(e_coll, r_coll, Total()))
-    finally:
-        spark.conf.unset(LOCAL_ROWS)
     messages = [r.getMessage() for r in caplog.records]
     assert any(re.search(r"iterations in \d+ slices of time, each inside a task", m) for m in messages), messages
 
@@ -634,20 +649,24 @@ def test_bfs_in_key_partitions(spark, caplog, name):
     assert any("key partitions, a task each" in m for m in messages), messages
 
 
-def test_a_state_too_large_to_slice_runs_in_key_partitions(spark, caplog):
+def test_a_state_too_large_to_slice_runs_in_key_partitions(spark, caplog, monkeypatch):
     """``auto`` with the live rows over half of ``localRows`` (slicing time cannot help: every
-    slice would carry them) and the input within the tasks' share: key partitions, exact."""
+    slice would carry them) and the input within the tasks' share (``partitionRows`` 3 x
+    ``localRows`` each), where Spark's statistics put it above that share (as they may: a
+    filter keeps its input's size): the slices' planning job counts the rows and finds the
+    state too large to slice; key partitions, exact."""
+    from spark_differential.intask import launch
+    from spark_differential.intask.sources import Estimate
+
     edges, roots, per_case = batched_graphs(43, 10, Total())
     n = len(edges.updates) + len(roots.updates)
     live = sum(1 for s in _sums(edges).values() if s) + sum(1 for s in _sums(roots).values() if s)
     limit = min(2 * live - 2, n - 1)
     assert limit - live < limit // 2 and n > limit and n <= 2 * 3 * limit, (n, live, limit)  # the seed's shape
+    monkeypatch.setattr(launch, "estimated_rows", lambda sources: Estimate(2 * 3 * limit + 1, False, True))
     caplog.set_level(logging.INFO, logger="spark_differential.iterate")
-    spark.conf.set(LOCAL_ROWS, str(limit))
-    try:
+    with rows_limits(spark, limit, 3 * limit):
         check_random_bfs(spark, Total(), 43, 10)
-    finally:
-        spark.conf.unset(LOCAL_ROWS)
     messages = [r.getMessage() for r in caplog.records]
     assert any(re.search(r"up to \d+ live rows \(distinct data\)", m) for m in messages), messages
     assert any("iterations in 2 key partitions, a task each" in m for m in messages), messages

@@ -13,6 +13,8 @@ key                                                         what it says (defaul
 ==========================================================  =====================================
 ``spark_differential.iterate.localRows``                    input rows a loop may hold to run inside one task
                                                             (1,000,000; 2,500,000 on a local master; ``0``/``off``: never)
+``spark_differential.iterate.partitionRows``                input rows one task of a loop in key partitions may hold
+                                                            (3 x the default ``localRows``; ``0``/``off``: no key partitions)
 ``spark_differential.iterate.localThreads``                 threads a loop inside one task runs its groups
                                                             of time chunks on (the cores of ``local[N]``, at most 4; else 1)
 ``spark_differential.iterate.localSpread``                  a loop over ``localRows``: ``auto`` (slices of time, a task
@@ -47,6 +49,13 @@ DEFAULT_ROWS = 1_000_000
 # container whose memory limit it counts against: 10^6-change BFS (2,002,001 input rows) runs
 # in one task at a peak of about 3.5 GB there
 DEFAULT_ROWS_LOCAL = 2_500_000
+
+PARTITION_ROWS = "spark_differential.iterate.partitionRows"
+# a task of a loop in key partitions keeps the traces and the answer of its keys alone, not
+# the whole loop's: seed 001's large graph, 12 M input rows in two key partitions, peaked at
+# 3.4 GB per Python worker, where one task's 10^6-change BFS over the small graph peaks at
+# 3.5 GB with 2 M rows (most of it the answer over a million distinct times)
+PARTITION_FACTOR = 3
 
 LOCAL_THREADS = "spark_differential.iterate.localThreads"
 DEFAULT_THREADS = 1
@@ -92,9 +101,20 @@ def default_rows(spark: Any) -> int:
 
 def local_rows(spark: Any) -> int:
     """Input rows a loop may have to run inside one task (``0``: never)."""
-    default = default_rows(spark)
+    return _rows(spark, LOCAL_ROWS, default_rows(spark))
+
+
+def partition_rows(spark: Any) -> int:
+    """Input rows one task of a loop in key partitions may hold (``0``: no key partitions):
+    by default :data:`PARTITION_FACTOR` times the default of ``localRows``, whatever
+    ``localRows`` is set to (lowering ``localRows`` moves loops out of one task, not out
+    of key partitions; lower this too where the executors are smaller)."""
+    return _rows(spark, PARTITION_ROWS, PARTITION_FACTOR * default_rows(spark))
+
+
+def _rows(spark: Any, key: str, default: int) -> int:
     try:
-        raw = str(conf.get(spark, LOCAL_ROWS, str(default))).strip().lower()
+        raw = str(conf.get(spark, key, str(default))).strip().lower()
     except Exception:  # noqa: BLE001 - a session without runtime conf
         return default
     if raw in _OFF:
@@ -102,7 +122,7 @@ def local_rows(spark: Any) -> int:
     try:
         return max(0, int(raw))
     except ValueError:
-        raise ConfigurationError(f"{LOCAL_ROWS} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+        raise ConfigurationError(f"{key} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
 
 
 def default_threads(spark: Any) -> int:

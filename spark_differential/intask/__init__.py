@@ -57,8 +57,11 @@ data); here the whole loop is one task of one job:
   time** (a totally ordered time), still one job (``spark_differential.iterate.localSpread``:
   ``auto``, the default; ``keys`` or ``always`` to force one even when one task would do;
   ``off``: distributed).  Where Spark's plan statistics put the input within the key
-  partitions' share (:data:`~.launch.KEY_FACTOR` times ``localRows`` a task), key
-  partitions at once; else one job measures the inputs
+  partitions' share (``spark_differential.iterate.partitionRows`` a task:
+  :func:`spark_differential.core.settings.partition_rows`), key partitions at once;
+  where they say nothing, one job counts the input rows first
+  (:func:`.sources.counted_rows`: no task is started to be abandoned); over the
+  share, one job measures the inputs
   (:func:`spark_differential.engine.chunks.measure_spread`: updates, live rows bounded by
   the distinct data, time quantiles) and slices time when the live rows leave room, or
   runs key partitions when they hold the input.

@@ -33,7 +33,7 @@ from spark_differential.errors import IterationLimitExceeded, from_job_failure
 from spark_differential.intask.program import Program
 from spark_differential.intask.record import record
 from spark_differential.intask.relation import Untranslatable, leaves
-from spark_differential.intask.sources import estimated_rows, tag_source
+from spark_differential.intask.sources import counted_rows, estimated_rows, tag_source
 from spark_differential.intask.task import LIMIT, META, ROWS, TOO_LARGE, Reports, loop_task
 from spark_differential.intask.task import metrics as read_metrics
 from spark_differential.kernels.common import conform
@@ -44,13 +44,6 @@ log = logging.getLogger("spark_differential.iterate")
 # an answer of at most this many rows (and task.LOCAL_RESULT_BYTES) comes back to the driver with the
 # task's report on a classic session: the loop's DataFrame is then local rows
 LOCAL_RESULT_ROWS = 10_000
-# a task of a loop in key partitions may hold this many times localRows input rows: it keeps the
-# traces and the answer of its keys alone (seed 001's large graph, 12 M input rows in two key
-# partitions: 3.4 GB peak per Python worker, where one task's 10^6-change BFS over the small graph
-# peaks at 3.5 GB with 2 M rows, most of it the answer over a million distinct times)
-KEY_FACTOR = 3
-
-
 
 
 def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequence[Any], bar: Any = None,
@@ -98,7 +91,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         program = dataclasses.replace(program, drops=spread.drops(), threads=1, limit=2 * program.limit)
     elif parts > 1:
         union = union.repartition(parts)
-        program = dataclasses.replace(program, parts=parts, threads=1, limit=KEY_FACTOR * program.limit,
+        program = dataclasses.replace(program, parts=parts, threads=1, limit=settings.partition_rows(spark),
                                       input_schema=arrow_schema(spark, union.schema))
     else:
         union = union.coalesce(1) if cheap else union.repartition(1)
@@ -143,7 +136,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         log.info("dd_iterate: %s more than %d input rows (%s)",
                  "a task of a slice of time would hold" if spread is not None
                  else "a task of a key partition would hold" if parts > 1 else "one task would hold",
-                 program.limit, settings.LOCAL_ROWS)
+                 program.limit, settings.PARTITION_ROWS if parts > 1 else settings.LOCAL_ROWS)
         return None
     elapsed = _time.time() - started
     # one task or key partitions: the changes per iteration; slices: only the longest task's count is known
@@ -201,8 +194,16 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
     spark = df.sparkSession
     mode = settings.local_spread(spark)
     parts = settings.parallelism(spark)
-    keyed = KEY_FACTOR * limit * parts if parts > 1 else 0  # the input rows key partitions may hold
-    estimate, held = estimated_rows(sources)
+    per_part = settings.partition_rows(spark)
+    keyed = per_part * parts if parts > 1 else 0  # the input rows key partitions may hold
+    estimate, held, known, bound = estimated_rows(sources)
+    if mode in ("auto", "off") and not known:
+        if bound is not None and bound <= limit:  # Python lists, within one task's rows
+            estimate = bound
+        else:  # no size known before a job: count the rows (one job), never start a task to abandon it
+            estimate = counted_rows(sources)
+            log.info("dd_iterate: Spark's plan statistics do not size the input: counted %d input rows (one job)",
+                     estimate)
     if mode in ("auto", "off"):
         if estimate <= limit:
             result = run_in_task(df, cs, program, sources, bar, cheap=held)
@@ -210,7 +211,7 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
                 return result
             why = "more input rows than one task may hold"
         else:
-            why = f"Spark estimates {estimate} input rows ({settings.LOCAL_ROWS}={limit})"
+            why = f"{estimate} input rows ({settings.LOCAL_ROWS}={limit})"
         if mode == "off":
             log.info("dd_iterate: running distributed, not inside one task: %s (%s=off)", why, settings.LOCAL_SPREAD)
             return None
@@ -225,7 +226,7 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
         log.info("dd_iterate: spreading slices of time over tasks")
         spread, measured = _spread(program, cs, sources, limit, keyed, at_least)
         result = None if spread is None else run_in_task(df, cs, program, sources, bar, spread)
-        rows = max(rows, measured)
+        rows = measured or rows  # the plan's count is exact
         if result is None:
             log.info("dd_iterate: not in slices of time: %s",
                      "a slice of time holds too many rows for a task" if spread is not None
@@ -238,10 +239,11 @@ def attempt(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Dat
     if mode == "always" or (mode == "auto" and not limit < estimate <= keyed):
         if (result := slices()) is not None:
             return result
-    if parts < 2 or rows > keyed:
+    if parts < 2 or keyed == 0 or rows > keyed:
         log.info("dd_iterate: running distributed, not inside tasks: %s",
                  "the session runs one task at a time" if parts < 2
-                 else f"{rows} input rows, more than {parts} tasks of {KEY_FACTOR * limit} hold")
+                 else f"{settings.PARTITION_ROWS}=0" if keyed == 0
+                 else f"{rows} input rows, more than {parts} tasks of {per_part} hold ({settings.PARTITION_ROWS})")
         return None
     log.info("dd_iterate: running in %d key partitions, a task each, exchanging their changes", parts)
     result = run_in_task(df, cs, program, sources, bar, parts=parts)

@@ -11,9 +11,10 @@ is estimated from Spark's plan, before any job (:func:`estimated_rows`,
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from spark_differential.core.collection import DIFF, TIME, integral_sql, null_guard, null_guard_sql, qcol, quoted
 from spark_differential.core.lazy import lazy
@@ -63,18 +64,39 @@ def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = Fal
     )
 
 
-def estimated_rows(sources: Sequence[Any]) -> tuple[int, bool]:
-    """A lower estimate of the sources' rows from Spark's plan statistics (no job), and
-    whether every source only reads rows Spark holds already (:func:`_held`).
+class Estimate(NamedTuple):
+    """Spark's estimate of a loop's sources (:func:`estimated_rows`): ``rows``, a lower
+    estimate of their rows (sources of unknown size left out); ``held``, whether every
+    source only reads rows Spark holds already (:func:`_held`); ``known``, whether every
+    source's size was known; ``bound``, at most how many rows they hold where the unknown
+    ones are Python lists (:func:`held_rows`), else ``None``."""
 
-    The estimate is the row count where Spark knows it (checkpoints, cached and local
-    data), else the size over a generous row width; 0 where nothing is known (the task's
-    own count then decides)."""
+    rows: int
+    held: bool
+    known: bool = True
+    bound: int | None = None
+
+
+def estimated_rows(sources: Sequence[Any]) -> Estimate:
+    """:class:`Estimate` of the sources' rows from Spark's plan statistics (no job).
+
+    A source's rows are its plan's row count where Spark knows it (cached and local data),
+    else its size over a generous row width; on Spark Connect, its local rows or the
+    server's statistics (one request).  Where neither is known (a checkpoint of an unsized
+    plan, a Python list parallelised by ``createDataFrame``) the source is left out."""
     total = 0
     held = True
+    unknown = []
     for df in sources:
         if is_connect(df):
             rows, ok = connect_held(df._plan)
+            if rows == 0 and not ok:  # not local rows: the server's plan statistics (one request, no job)
+                try:
+                    rows = explained_rows(df._explain_string(mode="cost"), len(df.columns))
+                except Exception:  # noqa: BLE001 - a server that does not explain: no estimate
+                    rows = 0
+                if rows == 0:
+                    unknown.append(df)
             total += rows
             held = held and ok
             continue
@@ -82,17 +104,58 @@ def estimated_rows(sources: Sequence[Any]) -> tuple[int, bool]:
             plan = df._jdf.queryExecution().optimizedPlan()
             held = held and _held(plan)
             stats = plan.stats()
-            rows = stats.rowCount()
-            if rows.isDefined():
-                total += int(str(rows.get()))
-                continue
-            size = int(str(stats.sizeInBytes()))
+            count = stats.rowCount()
+            rows = int(str(count.get())) if count.isDefined() else _rows_of_size(int(str(stats.sizeInBytes())),
+                                                                                  len(df.columns))
         except Exception:  # noqa: BLE001 - a session without plan statistics: no estimate
             held = False
-            continue
-        if size < (1 << 62):  # Spark's "unknown" is Long.MaxValue
-            total += size // (16 * (len(df.columns) + 1))
-    return total, held
+            rows = 0
+        total += rows
+        if rows == 0:
+            unknown.append(df)
+    bounds = [held_rows(df) for df in unknown]
+    bound = None if None in bounds else total + sum(b or 0 for b in bounds)
+    return Estimate(total, held, not unknown, bound)
+
+
+def _rows_of_size(size: int | float, columns: int) -> int:
+    """Rows of a plan of ``size`` bytes by Spark's statistics: over a generous row width;
+    0 for Spark's "unknown" (``Long.MaxValue``, 8 EiB)."""
+    return int(size // (16 * (columns + 1))) if size < (1 << 62) else 0
+
+
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
+
+
+def explained_rows(text: str, columns: int) -> int:
+    r""":func:`estimated_rows` of one plan from its ``explain(mode="cost")`` text (how a
+    Spark Connect client reads plan statistics): the optimized plan's root row count,
+    else its size over a generous row width; 0 where the text says nothing.
+
+    >>> explained_rows("== Optimized Logical Plan ==\nLocalRelation [a#1], Statistics(sizeInBytes=1.5 KiB, "
+    ...                "rowCount=1.00E+3)", 2)
+    1000
+    >>> explained_rows("== Optimized Logical Plan ==\nLogicalRDD [a#1], Statistics(sizeInBytes=8.0 EiB)", 2)
+    0
+    """
+    _, _, optimized = text.partition("== Optimized Logical Plan ==")
+    m = re.search(r"Statistics\(sizeInBytes=([0-9.Ee+-]+) ([KMGTPE]?i?B)(?:, rowCount=([0-9.Ee+-]+))?", optimized)
+    if m is None:
+        return 0
+    if m.group(3) is not None:
+        return int(float(m.group(3)))
+    return _rows_of_size(float(m.group(1)) * _UNITS.get(m.group(2), 1), columns)
+
+
+def counted_rows(sources: Sequence[Any]) -> int:
+    """The sources' rows, counted in one job (where :func:`estimated_rows` knows nothing)."""
+    from pyspark.sql import functions as F
+
+    counts = None
+    for df in sources:
+        c = df.agg(F.count(F.lit(1)).alias("n"))
+        counts = c if counts is None else counts.unionByName(c)
+    return 0 if counts is None else sum(int(r["n"] or 0) for r in counts.collect())
 
 
 HELD = {"LogicalRDD", "LocalRelation", "InMemoryRelation", "Project", "Filter", "SubqueryAlias", "Union"}

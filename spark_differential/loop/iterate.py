@@ -395,7 +395,8 @@ def dd_iterate(
     inputs over a totally ordered time run in slices of time, each inside a task of its
     own, all in one job (each slice starts from the inputs accumulated before it); a state
     too large to slice runs in key partitions, a task each of one barrier stage, the tasks
-    exchanging their changes (``spark_differential.iterate.localSpread``: ``auto``,
+    exchanging their changes, each holding up to ``spark_differential.iterate.partitionRows``
+    input rows (default three times the default ``localRows``; ``localSpread``: ``auto``,
     ``always``, ``keys`` or ``off``).  Otherwise (a nested ``dd_iterate``, an expression the
     translator does not cover, a state too large for the session's tasks together) the
     loop runs iteration by iteration on the cluster; the reason is logged at INFO.
