@@ -16,9 +16,11 @@ What is measured
       changes, all at one time).
 
     Per update: the wall time of ``view.update(...)`` plus reading its output
-    (``count()``), the CPU seconds of the whole process tree over the same span
+    (``collect()``: one scan), the CPU seconds of the whole process tree over the same span
     (driver, JVM, Python workers: wall seconds are noisy on a shared machine), the
-    Spark jobs and tasks (``spark_differential.core.jobs.count_jobs``), and the size on
+    Spark jobs and tasks (``spark_differential.core.jobs.count_jobs``), one plain Spark job
+    in the same session (the update's first input, ``groupBy().count().collect()``: the
+    issue's yardstick for an update), and the size on
     disk of the files the committed version names (the state).  After update 10,
     every ``--oneshot-every``-th update and the last one, the same query is
     recomputed one-shot over the whole change log so far (the log is appended to
@@ -271,11 +273,16 @@ def run_interleaved(spark: Any, specs: list[tuple[str, Any, int | None]], update
             c0, t0 = tree_cpu(), time.perf_counter()
             with count_jobs(spark) as jobs:
                 res = view.update(upto=i + 1, batch_id=i, **dfs)
-                n_out = res.count()
+                n_out = len(res.collect())  # reading what the update returned: one scan
             took, cpu = time.perf_counter() - t0, cpu_between(c0, tree_cpu())
+            # the peer the issue sets an update against: one plain Spark job in the same session (the update's
+            # first input counted: groupBy().count().collect())
+            t0 = time.perf_counter()
+            dfs[next(iter(dfs))].groupBy().count().collect()
+            plain = time.perf_counter() - t0
             row: dict[str, Any] = {"update": i, "seconds": took, "cpu_seconds": cpu, "jobs": jobs.jobs,
                                    "tasks": jobs.tasks, "output_rows": n_out, "state_bytes": state_size(path),
-                                   "stage": manifest(path)["stage"]}
+                                   "stage": manifest(path)["stage"], "plain_seconds": plain}
             if k == 0 and i > 0 and oneshot_every and (i % oneshot_every == 0 or i == updates or i == 10):
                 inputs = {n: spark.read.schema(SCHEMAS[n]).parquet(os.path.join(logdir, n)) for n in SCHEMAS
                           if os.path.isdir(os.path.join(logdir, n))}
@@ -286,7 +293,8 @@ def run_interleaved(spark: Any, specs: list[tuple[str, Any, int | None]], update
                 row["oneshot_cpu_seconds"] = cpu_between(c0, tree_cpu())
                 row["oneshot_jobs"] = jobs.jobs
             out[name].append(row)
-            log(f"{name} (stage {row['stage']}) update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs), "
+            log(f"{name} (stage {row['stage']}) update {i}: {took:.2f}s ({fmt_cpu(cpu)} CPU s, {row['jobs']} jobs; "
+                f"a plain job {plain:.2f}s), "
                 f"{n_out} output rows, state {row['state_bytes'] / 1e6:.2f} MB"
                 + (f"; one-shot {row['oneshot_seconds']:.2f}s ({fmt_cpu(row['oneshot_cpu_seconds'])} CPU s, "
                    f"{row['oneshot_jobs']} jobs)" if "oneshot_seconds" in row else ""))
@@ -325,6 +333,8 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
         "per_update_at_N": mean(late, "seconds"),
         "cpu_per_update_at_10": mean(early, "cpu_seconds"),
         "cpu_per_update_at_N": mean(late, "cpu_seconds"),
+        "plain_job_at_10": mean(early, "plain_seconds"),
+        "plain_job_at_N": mean(late, "plain_seconds"),
         "jobs_per_update_at_10": mean(early, "jobs"),
         "jobs_per_update_at_N": mean(late, "jobs"),
         "state_bytes_at_10": mean(early, "state_bytes"),
@@ -344,6 +354,8 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
         if s["per_update_at_100"] and s["per_update_at_N"]:
             s["ratio_N_vs_100"] = s["per_update_at_N"] / s["per_update_at_100"]
             s["cpu_ratio_N_vs_100"] = s["cpu_per_update_at_N"] / s["cpu_per_update_at_100"]
+    if s["plain_job_at_N"] and s["per_update_at_N"]:
+        s["update_vs_plain_at_N"] = s["per_update_at_N"] / s["plain_job_at_N"]
     if one_n:
         s["oneshot_vs_update_at_N"] = one_n["oneshot_seconds"] / one_n["seconds"]
         if valid(one_n.get("oneshot_cpu_seconds")) and valid(one_n.get("cpu_seconds")):
@@ -359,9 +371,9 @@ def table(summaries: list[dict[str, Any]]) -> str:
 
     lines = [
         "| workload | N | update@10 wall / CPU | update@100 wall / CPU | update@N wall / CPU | N/10 wall / CPU "
-        "| N/100 wall / CPU | jobs@10 / @N "
+        "| N/100 wall / CPU | jobs@10 / @N | plain job@N (update ÷ plain) "
         "| state@10 / @N (max after 10) | one-shot@N wall / CPU | one-shot ÷ update@N wall / CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         lines.append(
@@ -372,6 +384,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
             f"| {f(s.get('ratio_N_vs_10'), '.2f')} / {f(s.get('cpu_ratio_N_vs_10'), '.2f')} "
             f"| {f(s.get('ratio_N_vs_100'), '.2f')} / {f(s.get('cpu_ratio_N_vs_100'), '.2f')} "
             f"| {f(s['jobs_per_update_at_10'], '.1f')} / {f(s['jobs_per_update_at_N'], '.1f')} "
+            f"| {f(s.get('plain_job_at_N'), '.2f', ' s')} ({f(s.get('update_vs_plain_at_N'), '.2f', 'x')}) "
             f"| {f(s['state_bytes_at_10'] / 1e6, '.2f')} / {f(s['state_bytes_at_N'] / 1e6, '.2f')} "
             f"({f(s['state_bytes_max_after_10'] / 1e6, '.2f')}) MB "
             f"| {f(s['oneshot_at_N'], '.2f', ' s')} / {f(s['oneshot_cpu_at_N'], '.2f', ' s')} "

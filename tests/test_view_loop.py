@@ -63,6 +63,9 @@ BODIES = {"bfs": bfs_body, "reach": reach_body}
 
 def reference(body: str, edges: Coll, roots: Coll, lat: Any) -> Coll:
     e = Coll(("src", "dst"), consolidate(edges.updates))
+    if body == "near":
+        got = ref_bfs(e, roots, lat)
+        return Coll(got.cols, [(d, t, r) for d, t, r in got.updates if d[1] < 3])
     return ref_bfs(e, roots, lat) if body == "bfs" else ref_reachable(e, roots, lat)
 
 
@@ -283,8 +286,21 @@ def bfs_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
     return start.dd_iterate(body)
 
 
-@pytest.mark.parametrize("body,name", [("bfs", "product2"), pytest.param("reach", "int", marks=pytest.mark.connect)])
+def near_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+    """BFS then a filter: the query does more than return its loop's change."""
+    return bfs_view(roots, edges).where(F.col("dist") < 3)
+
+
+VIEWS = {"bfs": bfs_view, "reach": reach_view, "near": near_view}
+
+
+@pytest.mark.parametrize("body,name", [("bfs", "product2"), pytest.param("reach", "int", marks=pytest.mark.connect),
+                                       ("bfs", "int"), ("near", "int")])
 def test_loop_views_against_the_oracle(spark, tmp_path, body: str, name: str) -> None:
+    """A loop view over changing graphs against the oracle.  Over an integral time a query
+    that is one loop writes each version in the loop's one job (``write_version``); over
+    product times, or a query doing more than returning its loop's change (``near``), the
+    loop is written apart and the query's output after it."""
     lat = LATS[name][0]
     rng = random.Random(41 + len(name))
     if isinstance(lat, Total):
@@ -301,7 +317,7 @@ def test_loop_views_against_the_oracle(spark, tmp_path, body: str, name: str) ->
     inputs = {"roots": roots, "edges": edges}
     steps = schedule(rng, lat, inputs, 3, 8 if isinstance(lat, Total) else 5)
     path = tmp_path / "view"
-    got = run_view(spark, str(path), bfs_view if body == "bfs" else reach_view, inputs, steps, lat)
+    got = run_view(spark, str(path), VIEWS[body], inputs, steps, lat)
     assert stage_of(path) == 2
     want = expected(lambda c: reference(body, c["edges"], c["roots"], lat), inputs, steps[-1][0], lat)
     assert want, "the graph should give some answer"
@@ -354,27 +370,44 @@ def test_a_first_update_larger_than_one_task_keeps_a_loop_view_in_stage_1(spark,
 
 
 def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
-    """Counts, not timings: an update of a BFS view is one job running the loop in one task (its
-    changes and stored traces read by that task, the loop's change and new traces written), then
-    the version's last write: one shuffle consolidating the output, one job writing it."""
+    """Counts, not timings: an update of a BFS view (a query that is one loop, over an integral
+    time) is one job: the loop's task reads its changes and stored traces and writes the new
+    traces, what the update returns and what it holds back, all in one write; reading what it
+    returned is one more.  A query doing more than returning the loop (``near_view``) writes
+    the loop apart, then consolidates and writes its output: 3 jobs."""
     from spark_differential.core.jobs import count_jobs
 
     schema = "src long, dst long, time long, diff long"
-    view = sd.incremental(str(tmp_path / "v"), bfs_view)
-    jobs, got = [], []
     edges = [(0, 1, 0, 1), (1, 2, 0, 1), (2, 3, 1, 1), (0, 3, 2, 1), (1, 2, 2, -1), (3, 4, 3, 1)]
-    for t in range(4):
-        new = {"edges": spark.createDataFrame([e for e in edges if e[2] == t], schema)}
-        if t == 0:
-            new["roots"] = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
-        with count_jobs(spark) as counted:
-            out = view.update(upto=t + 1, **new)
-        jobs.append(counted.jobs)
-        got += [((r.node, r.dist), r.time, r.diff) for r in out.collect()]
     e = Coll(("src", "dst"), [((s, d), t, r) for s, d, t, r in edges])
-    assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
-    assert stage_of(tmp_path / "v") == 2
-    assert jobs == [3, 3, 3, 3], jobs
+    want = ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates
+    for query, per_update in [(bfs_view, 1), (near_view, 3)]:
+        view = sd.incremental(str(tmp_path / query.__name__), query)
+        jobs, reads, got = [], [], []
+        for t in range(4):
+            new = {"edges": spark.createDataFrame([e for e in edges if e[2] == t], schema)}
+            if t == 0:
+                new["roots"] = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+            with count_jobs(spark) as counted:
+                out = view.update(upto=t + 1, **new)
+            jobs.append(counted.jobs)
+            with count_jobs(spark) as counted:
+                got += [((r.node, r.dist), r.time, r.diff) for r in out.collect()]
+            reads.append(counted.jobs)
+        assert_updates_equal(consolidate(got), [u for u in want if query is bfs_view or u[0][1] < 3])
+        assert stage_of(tmp_path / query.__name__) == 2
+        assert jobs == [per_update] * 4 and reads == [1] * 4, (query.__name__, jobs, reads)
+
+
+def test_version_output_returns_the_past_and_holds_the_future() -> None:
+    """``version_output`` (no Spark): a loop's change and the output held back before,
+    consolidated together, split at the new frontier."""
+    out = pa.table({"node": [1, 2, 3], "_sd_t0": [0, 4, 6], "diff": [1, 1, 1]})
+    pending = pa.table({"node": [2, 3], "_sd_t0": [4, 7], "diff": [-1, 1]})
+    returned, kept = view_loop.version_output(out, pending, L.Total(), [(5,)], 1)
+    assert sorted(returned.to_pylist(), key=str) == [{"node": 1, "_sd_t0": 0, "diff": 1}]
+    assert sorted(kept.to_pylist(), key=lambda r: r["_sd_t0"]) == [{"node": 3, "_sd_t0": 6, "diff": 1},
+                                                                   {"node": 3, "_sd_t0": 7, "diff": 1}]
 
 
 def test_a_loop_past_max_iterations_raises(recorded) -> None:

@@ -48,6 +48,13 @@ its history.  A view whose first update is larger than an in-task loop may hold
 (``spark_differential.iterate.localRows``, by Spark's estimate) takes the rerun strategy
 (:mod:`spark_differential.incremental.rerun`).  A body the in-task path cannot run (an
 expression the translator does not cover, a nested ``dd_iterate``) does too.
+
+A query that *is* one loop over an integral time (it returns the loop's change as it is)
+costs one Spark job an update: the loop is prepared but not run where the query calls it
+(:class:`LoopUpdate`), and its task then also reads the output held back by earlier updates
+and writes what the update returns and holds back (:func:`version_output`) with the new
+traces, as the version's one write (:func:`write_version`).  Otherwise the loop's change and
+traces are written apart and the traced strategy writes the query's output after it.
 """
 
 from __future__ import annotations
@@ -294,23 +301,41 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     return dv
 
 
-def _wide(table: pa.Table, tag: str, schema: pa.Schema) -> pa.Table:
+def _wide(table: pa.Table, tag: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
     """``table``'s rows as rows of the task's one output (``schema``: the kind column, then every
-    stored collection's physical columns; the others null)."""
+    stored collection's physical columns, named with ``prefix``, by default ``tag``; the others null)."""
 
     n = table.num_rows
-    mine = {f"_sd_{tag}_{j}": c for j, c in enumerate(table.columns)}  # storage.physical's names
+    mine = {f"_sd_{prefix or tag}_{j}": c for j, c in enumerate(table.columns)}  # storage.physical's names
     arrays = [pa.array(np.full(n, tag, dtype=object), pa.string()) if f.name == KIND
               else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
+def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: Sequence[Leaves],
+                   width: int) -> tuple[pa.Table, pa.Table]:
+    """What a view's update whose query is one loop returns and holds back, from the loop's
+    change ``out`` and the output held back by earlier updates (``pending``, the same
+    columns): together consolidated, then split into the rows at times not in the future of
+    ``frontier`` (returned) and those in it (held back), as the traced strategy's last write
+    splits a query's output (:func:`spark_differential.incremental.traced.write`)."""
+
+    both = consolidated(concat_tables([out, pending], out.schema), out.column_names[:-1])
+    mask = _early(both, ttype, frontier, width)
+    return both.filter(pa.array(~mask)), both.filter(pa.array(mask))
+
+
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
-         held_tags: Sequence[str], schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+         held_tags: Sequence[str], schema: pa.Schema, final: bool = False
+         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of a loop's update: read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
     :func:`loop_update`, and yield the loop's change (kind ``out_tag``), the new traces (kinds
-    ``tags``) and the changes held back (kinds ``held_tags``, one per source)."""
+    ``tags``) and the changes held back (kinds ``held_tags``, one per source).
+
+    ``final``: the loop's change is the view's output; the task also reads the output held
+    back by earlier updates (``SRC`` after the traces) and yields what the update returns and
+    holds back (kinds ``o`` and ``p``: :func:`version_output`) in place of ``out_tag``."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seen = list(batches)
@@ -321,14 +346,25 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
         n = len(program.sources)
         sources = [source_table(table.filter(pc.equal(src, j)), j, c) for j, c in enumerate(program.sources)]
         state = []
-        for k, sp in enumerate(specs(program)):
+        spec_list = specs(program)
+        for k, sp in enumerate(spec_list):
             part = table.filter(pc.equal(src, n + k))
             state.append(pa.Table.from_arrays([part.column(tag_name(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
         out, new_state, held = loop_update(program, sources, state, ttype, frontier)
-        for t, rows in [(out_tag, out), *zip(tags, new_state), *zip(held_tags, held)]:
+        outputs = [(out_tag, out, None)]
+        if final:
+            j = n + len(spec_list)
+            pending = out.schema.empty_table()
+            if tag_name(j, 0) in table.column_names:  # (no output held back: no such columns)
+                part = table.filter(pc.equal(src, j))
+                pending = conform(pa.Table.from_arrays([part.column(tag_name(j, i)) for i in range(out.num_columns)],
+                                                       names=out.column_names), out.schema)
+            returned, kept = version_output(out, pending, ttype, frontier, program.width)
+            outputs = [("o", returned, "o"), ("p", kept, "o")]
+        for t, rows, prefix in [*outputs, *[(t, r, None) for t, r in [*zip(tags, new_state), *zip(held_tags, held)]]]:
             if rows.num_rows:
-                yield from _wide(rows, t, schema).to_batches()
+                yield from _wide(rows, t, schema, prefix).to_batches()
 
     return run
 
@@ -354,11 +390,51 @@ def record(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], Data
     return dataclasses.replace(program, chunk_rows=0, threads=1, local_rows=0), sources
 
 
+@dataclasses.dataclass
+class LoopUpdate:
+    """One update of a view's loop, prepared (no job yet): its recorded program, the union its
+    one task reads (``SRC``: the sources' changes and those held back, then the stored traces)
+    and the names and schemas of what the task writes."""
+
+    program: Any
+    cs: CollectionSchema
+    union: DataFrame
+    data: list[str]
+    tags: list[str]
+    schemas: list[Any]
+    held_tags: list[str]
+    held_schemas: list[Any]
+    out_tag: str
+    out_schema: T.StructType  # the loop's change: the user's data columns, the time leaves, diff
+
+    def wide_schema(self, stored: Sequence[tuple[str, T.StructType]]) -> T.StructType:
+        """The task's one output: the kind column, then the physical columns of ``stored``
+        ``(prefix, schema)`` collections, then those of the traces and the changes held back."""
+        fields = [T.StructField(KIND, T.StringType(), True)]
+        for t, schema in [*stored, *zip(self.tags, self.schemas), *zip(self.held_tags, self.held_schemas)]:
+            fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
+        return T.StructType(fields)
+
+    def decoded(self, out: DataFrame) -> DataFrame:
+        """The loop's change read back (time leaves) as a collection in the loop's time type."""
+        leaf_names = leaves(self.program.width)
+        sql_type = integral_sql(self.cs.ttype)
+        if sql_type is not None:
+            return out.selectExpr(*map(quoted, self.data), f"CAST({leaf_names[0]} AS {sql_type}) AS {TIME}", DIFF)
+        time_col = self.cs.ttype.decode_columns([F.col(c) for c in leaf_names])
+        return out.select(*[F.col(quoted(c)) for c in self.data], time_col.alias(TIME), F.col(DIFF))
+
+
 def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], Any],
                  max_iterations: int | None) -> Any:
     """``df.dd_iterate(body)`` in a view's query (``run``: the :class:`~spark_differential.incremental.traced.Run`
     of this update, or its probe): the change of the loop's fixed point, its traces read from and
-    written to the view's version (the module docstring)."""
+    written to the view's version (the module docstring).
+
+    Where ``run.defer_loop`` (the view's query is one loop over an integral time), nothing runs
+    here: the prepared update is kept in ``run.deferred`` with the empty collection returned,
+    and if the query returns that very collection, :func:`write_version` runs the loop and
+    writes the whole version in one job."""
     spark = df.sparkSession
     data = list(cs.data_cols)
     user = df.select(*[F.col(quoted(c)) for c in data], TIME, DIFF).schema
@@ -414,28 +490,52 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
         part = stored.select(F.lit(n + k).alias(SRC),
                              *[F.col(f.name).alias(tag_name(n + k, i)) for i, f in enumerate(schema.fields)])
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
-    out_tag = f"s{slot}_out"
     leaf_names = leaves(program.width)
     out_schema = T.StructType([*[T.StructField(f.name, f.dataType, True) for f in user.fields if f.name in data],
                                *[T.StructField(c, T.LongType(), True) for c in leaf_names],
                                T.StructField(DIFF, T.LongType(), True)])
-    wide_fields = [T.StructField(KIND, T.StringType(), True)]
-    for t, schema in [(out_tag, out_schema), *zip(tags, schemas), *zip(held_tags, held_schemas)]:
-        wide_fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
-    wide_schema = T.StructType(wide_fields)
-    fn = task(program, cs.ttype, list(run.frontier), out_tag, tags, held_tags, arrow_schema(spark, wide_schema))
     assert union is not None and run.write_wide is not None
+    lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema)
+    if run.defer_loop and run.deferred is None:
+        result = spark.createDataFrame([], user)
+        run.deferred = (lu, result)
+        return result
+    wide_schema = lu.wide_schema([(lu.out_tag, out_schema)])
+    fn = task(program, cs.ttype, list(run.frontier), lu.out_tag, tags, held_tags, arrow_schema(spark, wide_schema))
     # coalesce, not repartition: the one task reads the changes and the stored traces itself (no
     # shuffle, one job less); the changes are an update's (small) and the traces must fit the task anyway
     files = run.write_wide(f"s{slot}", union.coalesce(1).mapInArrow(fn, wide_schema))
     for t in [*tags, *held_tags]:
         run.replaced[t] = [files[t]] if t in files else []
-    out = run.read([files[out_tag]] if out_tag in files else [], out_schema, out_tag)
-    sql_type = integral_sql(cs.ttype)
-    if sql_type is not None:
-        return out.selectExpr(*map(quoted, data), f"CAST({leaf_names[0]} AS {sql_type}) AS {TIME}", DIFF)
-    time_col = cs.ttype.decode_columns([F.col(c) for c in leaf_names])
-    return out.select(*[F.col(quoted(c)) for c in data], time_col.alias(TIME), F.col(DIFF))
+    return lu.decoded(run.read([files[lu.out_tag]] if lu.out_tag in files else [], out_schema, lu.out_tag))
 
 
-__all__ = ["LOOP", "Spec", "loop_in_view", "loop_update", "record", "specs"]
+def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_schema: T.StructType) -> dict[str, str]:
+    """The deferred loop of a view whose query is that loop (:func:`loop_in_view`), run and
+    written with the whole version in one job: its task also reads the output held back by
+    earlier updates (``pending``, the view's ``view_schema``: an integral time) and writes what
+    the update returns and holds back (kinds ``o`` and ``p``) with the new traces, under the
+    version's last write (``data``).  The files written, by kind; the loop's traces are put in
+    ``run.replaced``."""
+    spark = lu.union.sparkSession
+    program = lu.program
+    j = len(program.sources) + len(lu.tags)
+    names = [f.name for f in view_schema.fields]
+    union = lu.union
+    if pending is not None:
+        t_col = names[len(lu.data)]
+        cast = [f"CAST({quoted(c)} AS BIGINT)" if c == t_col else quoted(c) for c in names]
+        union = union.unionByName(pending.selectExpr(f"{j} AS {SRC}", *[f"{e} AS {tag_name(j, i)}"
+                                                                         for i, e in enumerate(cast)]),
+                                  allowMissingColumns=True)
+    wide_schema = lu.wide_schema([("o", view_schema)])
+    fn = task(program, lu.cs.ttype, list(run.frontier), lu.out_tag, lu.tags, lu.held_tags,
+              arrow_schema(spark, wide_schema), final=True)
+    files = run.write_wide("data", union.coalesce(1).mapInArrow(fn, wide_schema))
+    for t in [*lu.tags, *lu.held_tags]:
+        run.replaced[t] = [files[t]] if t in files else []
+    return files
+
+
+__all__ = ["LOOP", "LoopUpdate", "Spec", "loop_in_view", "loop_update", "record", "specs", "version_output",
+           "write_version"]

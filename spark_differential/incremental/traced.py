@@ -55,7 +55,9 @@ which become the newest files of its traces) plus the version's ``data`` write: 
 update returns (``o``: the output changes at times not in the future of the new frontier
 ``T``), the output changes still in the future of ``T`` (``p``, returned by the update
 whose frontier passes them: so the union of all returned outputs telescopes to the
-one-shot output), the totals traces' newest files and the traces' merges.
+one-shot output), the totals traces' newest files and the traces' merges.  A query that is
+one ``dd_iterate`` over an integral time, returning the loop's change as it is, is one job:
+the loop's task writes the whole version (:func:`~spark_differential.incremental.loop.write_version`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core.collection import integral_sql
 from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, Loop, TimeType
 from spark_differential.core.names import BUCKET, KEY_HASH
@@ -80,7 +83,7 @@ from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.inputs import check_output, data_fields
 from spark_differential.incremental.lift import in_future
-from spark_differential.incremental.loop import loop_in_view
+from spark_differential.incremental.loop import loop_in_view, write_version
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, LOOP, ROWS, TOTALS, Operator, part, physical, tag, tagged
 from spark_differential.incremental.store import Store
@@ -135,6 +138,10 @@ class Run(Handler):
     replaced: dict[str, list[str]] = field(default_factory=dict)
     # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
     first_rows: int = 0
+    # the query is one loop over an integral time: its update is prepared, not run (loop_in_view), and kept
+    # here with the collection it returned, so the whole version can be written in one job (write_version)
+    defer_loop: bool = False
+    deferred: tuple[Any, DataFrame] | None = None
 
     def stateful(self, call: StatefulCall, below: Below) -> DataFrame:
         if call.in_loop:  # a body this view cannot keep (it would have been recorded, not run)
@@ -359,28 +366,44 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     ``directory/s<i>``); then one more write stores what the update returns (``o``), the
     output changes at times still in the future of ``upto`` (``p``, returned by a later
     update) and the traces' merges ``policy`` asks for (advanced to ``upto`` and
-    consolidated).  Returns what was written and each stateful operator's kernel inputs."""
+    consolidated).  Returns what was written and each stateful operator's kernel inputs.
+
+    A query that is one loop over an integral time (``operators``) is first called with the
+    loop deferred; if it returns the loop's change as it is, the loop's one task writes the
+    version (one job); otherwise it is called again, the loop written apart."""
     state, ttype, directory, new_front = up.state, up.ttype, up.directory, up.new_front
     spark = store.spark
     changes = {n: up.incoming.get(n, spark.createDataFrame([], up.schemas[n])) for n in up.schemas}
     old_traces = dict(state.trace_files) if state is not None else {}
-    run = Run(
-        spark, ttype, bucketing[0], bucketing[1],
-        expected=operators,
-        traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
-        read=store.read, where=up.where, frontier=new_front,
-        write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide),
-    )
-    with collecting() as history_ops, seam.handling(run):
-        result = query(**changes)
-    run.finished()
-    blockers = sorted(history_ops) + run.blockers
-    if blockers:
-        raise IncrementalStateError(
-            f"{up.op}: the query uses {', '.join(blockers)} but the view stored under {up.where} runs in "
-            "stage 2, which cannot keep it differential; the query must stay the same from update to update. "
-            "Rebuild the view at a new path by replaying its inputs."
+
+    def called(defer: bool) -> tuple[Run, DataFrame]:
+        run = Run(
+            spark, ttype, bucketing[0], bucketing[1],
+            expected=operators,
+            traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
+            read=store.read, where=up.where, frontier=new_front,
+            write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide), defer_loop=defer,
         )
+        with collecting() as history_ops, seam.handling(run):
+            result = query(**changes)
+        run.finished()
+        blockers = sorted(history_ops) + run.blockers
+        if blockers:
+            raise IncrementalStateError(
+                f"{up.op}: the query uses {', '.join(blockers)} but the view stored under {up.where} runs in "
+                "stage 2, which cannot keep it differential; the query must stay the same from update to update. "
+                "Rebuild the view at a new path by replaying its inputs."
+            )
+        return run, result
+
+    # a query that is one loop over an integral time: its task writes the whole version (one job)
+    one_loop = (len(operators) == 1 and operators[0].op == "dd_iterate" and integral_sql(ttype) is not None
+                and all(operators[0].side(j) == LOOP for j in range(len(operators[0].inputs))))
+    run, result = called(one_loop)
+    if one_loop:
+        if run.deferred is not None and result is run.deferred[1]:
+            return _loop_version(store, up, run), run.kernel_inputs
+        run, result = called(False)  # the query does more than return its loop's change: the loop written apart
     out_schema = check_output(up.op, result, ttype, state, up.where)
     cols = [f.name for f in out_schema.fields]
     result = result.select(*cols)
@@ -426,6 +449,27 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         operators=tuple(run.operators),
     )
     return written, run.kernel_inputs
+
+
+def _loop_version(store: Store, up: Update, run: Run) -> Written:
+    """The version of an update whose query returned its one loop's change, deferred
+    (:func:`~spark_differential.incremental.loop.write_version`: one job)."""
+    assert run.deferred is not None
+    lu, result = run.deferred
+    state = up.state
+    out_schema = check_output(up.op, result, up.ttype, state, up.where)
+    pending = store.read(state.pending_files, out_schema, "o") if state is not None and state.pending_files else None
+    files = write_version(run, lu, pending, out_schema)
+    return Written(
+        output=out_schema,
+        output_exists="o" in files,
+        input_files={},
+        emitted_files=[],
+        compacted=True,
+        trace_files={t: list(fs) for t, fs in run.replaced.items()},
+        pending_files=[files["p"]] if "p" in files else [],
+        operators=tuple(run.operators),
+    )
 
 
 def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
