@@ -72,8 +72,11 @@ def test_no_key_columns_or_one_task_is_task_zero() -> None:
     assert set(owners(t, ["i"], 1).tolist()) == {0}
 
 
-def run_tasks(size: int, work: Callable[[Exchange], Any]) -> list[Any]:
-    """``work`` on ``size`` exchanges, one thread each (the addresses shared through a list)."""
+def run_tasks(size: int, work: Callable[[Exchange], Any],
+              before: Callable[[int, list[str]], None] | None = None) -> list[Any]:
+    """``work`` on ``size`` exchanges, one thread each (the addresses shared through a list);
+    ``before(rank, addresses)`` runs in each task once the addresses are known, before it
+    connects to the others."""
     addresses: list[str | None] = [None] * size
     met = threading.Barrier(size)
     results: list[Any] = [None] * size
@@ -83,7 +86,10 @@ def run_tasks(size: int, work: Callable[[Exchange], Any]) -> list[Any]:
         def gather(address: str) -> list[str]:
             addresses[rank] = address
             met.wait()
-            return [str(a) for a in addresses]
+            got = [str(a) for a in addresses]
+            if before is not None:
+                before(rank, got)
+            return got
 
         ex = Exchange(rank, size, gather, "localhost")
         try:
@@ -133,3 +139,35 @@ def test_a_task_that_ends_early_is_an_exchange_error() -> None:
 
     with pytest.raises(ExchangeError, match="task 1 of the loop's key partitions ended"):
         run_tasks(2, work)
+
+
+def test_a_connection_without_the_tasks_secret_is_closed_unread() -> None:
+    """Strangers reach task 0 before task 1 does: one claiming to be task 1 with a wrong
+    secret and sending rows, one sending nothing.  Task 0 closes the first unread, waits on
+    neither, and exchanges with the real task 1 alone."""
+    import socket
+    import struct
+
+    strangers: list[socket.socket] = []
+
+    def intrude(rank: int, addresses: list[str]) -> None:
+        if rank != 1:
+            return
+        host, port, secret = addresses[0].rsplit("|", 2)
+        assert len(bytes.fromhex(secret)) == 32
+        forged = socket.create_connection((host, int(port)))
+        blob = struct.pack("!q", 1) + bytes(32)  # rank 1, a wrong secret
+        payload = struct.pack("!q", 99)
+        forged.sendall(blob + struct.pack("!q", len(payload)) + payload)
+        silent = socket.create_connection((host, int(port)))
+        strangers.extend([forged, silent])
+
+    def work(ex: Exchange) -> list[list[int]]:
+        return ex.gather([ex.rank + 1])
+
+    try:
+        got = run_tasks(2, work, before=intrude)
+    finally:
+        for c in strangers:
+            c.close()
+    assert got == [[[1], [2]], [[1], [2]]]

@@ -11,14 +11,19 @@ updates of its keys, and only the changes travel: the traces stay where they wer
 
 The tasks find each other once (``BarrierTaskContext.allGather`` of their addresses) and
 then talk over direct sockets, one connection from each task to each other, messages in
-order per connection; the driver sees nothing but the addresses.  Every exchange is
+order per connection; the driver sees nothing but the addresses.  Each task makes a random
+secret for the attempt and shares it with its address through Spark (whose RPC
+``spark.authenticate`` protects): a connection that does not open with the secret of the
+task it reaches is closed unread, so no one else on the network can send a task rows.  Every exchange is
 collective (each task sends every other one a part, possibly empty, and waits for theirs),
 which also keeps the tasks in step: the same iteration, the same step.
 """
 
 from __future__ import annotations
 
+import hmac
 import queue
+import secrets
 import socket
 import struct
 import threading
@@ -35,6 +40,8 @@ pa = lazy("pyarrow")
 WAIT_SECONDS = 6 * 3600.0  # a task waits this long for another's part before giving up (a failed task's
 # stage is cancelled by Spark well before)
 _HEADER = struct.Struct("!q")
+_SECRET_BYTES = 32
+HANDSHAKE_SECONDS = 120.0  # a connection must present its rank and secret within this long
 
 
 # ---------------------------------------------------------------------------------
@@ -140,30 +147,35 @@ class Exchange:
         self._inbox: dict[int, queue.Queue[bytes | None]] = {q: queue.Queue() for q in range(size) if q != rank}
         self._out: dict[int, socket.socket] = {}
         self._threads: list[threading.Thread] = []
+        self._secret = secrets.token_bytes(_SECRET_BYTES)
+        self._heard: set[int] = set()  # the ranks whose connection presented this task's secret
+        self._lock = threading.Lock()
         if socket.has_dualstack_ipv6():
             self._server = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
         else:
             self._server = socket.create_server(("", 0))
         self._server.listen(max(1, size))
         port = self._server.getsockname()[1]
-        accept = threading.Thread(target=self._accept, args=(size - 1,), daemon=True, name="sd-exchange-accept")
+        accept = threading.Thread(target=self._accept, daemon=True, name="sd-exchange-accept")
         accept.start()
-        addresses = list(gather(f"{host}|{port}"))
+        addresses = list(gather(f"{host}|{port}|{self._secret.hex()}"))
         if len(addresses) != size:
             raise ExchangeError(f"expected the addresses of {size} tasks, got {len(addresses)}")
         for q in range(size):
             if q == rank:
                 continue
-            h, p = addresses[q].rsplit("|", 1)
+            h, p, secret = addresses[q].rsplit("|", 2)
             conn = socket.create_connection((h, int(p)), timeout=120)
             conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.sendall(_HEADER.pack(rank))
+            conn.sendall(_HEADER.pack(rank) + bytes.fromhex(secret))
             self._out[q] = conn
         self._rounds = 0
 
-    def _accept(self, expected: int) -> None:
-        for _ in range(expected):
+    def _accept(self) -> None:
+        """Accept connections until the server closes: one reader thread each (a stranger's
+        connection, closed by its reader, takes no peer's place)."""
+        while True:
             try:
                 conn, _ = self._server.accept()
             except OSError:
@@ -172,14 +184,30 @@ class Exchange:
             t.start()
             self._threads.append(t)
 
+    def _handshake(self, conn: socket.socket) -> int | None:
+        """The peer rank a new connection claims, if it presents this task's secret first (and
+        no other connection claimed that rank); else ``None``."""
+        conn.settimeout(HANDSHAKE_SECONDS)
+        try:
+            head = _read_exact(conn, _HEADER.size + _SECRET_BYTES)
+        except OSError:
+            return None
+        conn.settimeout(None)
+        if head is None or not hmac.compare_digest(head[_HEADER.size:], self._secret):
+            return None
+        sender = _HEADER.unpack(head[:_HEADER.size])[0]
+        with self._lock:
+            if sender not in self._inbox or sender in self._heard:
+                return None
+            self._heard.add(sender)
+        return sender
+
     def _read(self, conn: socket.socket) -> None:
-        head = _read_exact(conn, _HEADER.size)
-        if head is None:
+        sender = self._handshake(conn)
+        if sender is None:
+            conn.close()
             return
-        sender = _HEADER.unpack(head)[0]
-        box = self._inbox.get(sender)
-        if box is None:
-            return
+        box = self._inbox[sender]
         try:
             while True:
                 head = _read_exact(conn, _HEADER.size)
