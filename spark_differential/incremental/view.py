@@ -85,9 +85,18 @@ _log = logging.getLogger("spark_differential.incremental")
 KILL_ENV = "SPARK_DIFFERENTIAL_INCREMENTAL_EXIT_AT"  # test hook: os._exit at a named point
 
 
+_PASSES: dict[str, int] = {}  # how many times this process reached each hook point
+
+
 def _hook(point: str) -> None:
-    """Test hook: end the process abruptly at ``point`` when the environment asks for it."""
-    if os.environ.get(KILL_ENV) == point:
+    """Test hook: end the process abruptly at ``point`` when the environment asks for it
+    (``KILL_ENV`` = ``point``, or ``point:n`` for the ``n``-th time this process reaches it)."""
+    want = os.environ.get(KILL_ENV)
+    if not want:
+        return
+    _PASSES[point] = _PASSES.get(point, 0) + 1
+    name, _, nth = want.partition(":")
+    if name == point and _PASSES[point] == int(nth or 1):
         os._exit(77)
 
 
