@@ -407,13 +407,26 @@ class LoopUpdate:
     out_tag: str
     out_schema: T.StructType  # the loop's change: the user's data columns, the time leaves, diff
 
-    def wide_schema(self, stored: Sequence[tuple[str, T.StructType]]) -> T.StructType:
-        """The task's one output: the kind column, then the physical columns of ``stored``
-        ``(prefix, schema)`` collections, then those of the traces and the changes held back."""
+    def written(self, run: Any, sub: str, output: tuple[str, T.StructType], union: DataFrame | None = None,
+                final: bool = False) -> dict[str, str]:
+        """Run the loop's one task over ``union`` (by default the prepared one) and write, in one
+        Parquet write under the version's ``sub``, its output (``output``: the physical prefix and
+        schema of the loop's change, or with ``final`` of the view's output: :func:`task`), the
+        new traces and the changes held back; the files written, by kind (the traces' put in
+        ``run.replaced``).  ``coalesce``, not ``repartition``: the one task reads the changes and
+        the stored traces itself (no shuffle, one job less); the changes are an update's (small)
+        and the traces must fit the task anyway."""
         fields = [T.StructField(KIND, T.StringType(), True)]
-        for t, schema in [*stored, *zip(self.tags, self.schemas), *zip(self.held_tags, self.held_schemas)]:
+        for t, schema in [output, *zip(self.tags, self.schemas), *zip(self.held_tags, self.held_schemas)]:
             fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
-        return T.StructType(fields)
+        wide = T.StructType(fields)
+        rows = self.union if union is None else union
+        fn = task(self.program, self.cs.ttype, list(run.frontier), self.out_tag, self.tags, self.held_tags,
+                  arrow_schema(rows.sparkSession, wide), final=final)
+        files = run.write_wide(sub, rows.coalesce(1).mapInArrow(fn, wide))
+        for t in [*self.tags, *self.held_tags]:
+            run.replaced[t] = [files[t]] if t in files else []
+        return files
 
     def decoded(self, out: DataFrame) -> DataFrame:
         """The loop's change read back (time leaves) as a collection in the loop's time type."""
@@ -500,13 +513,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
         result = spark.createDataFrame([], user)
         run.deferred = (lu, result)
         return result
-    wide_schema = lu.wide_schema([(lu.out_tag, out_schema)])
-    fn = task(program, cs.ttype, list(run.frontier), lu.out_tag, tags, held_tags, arrow_schema(spark, wide_schema))
-    # coalesce, not repartition: the one task reads the changes and the stored traces itself (no
-    # shuffle, one job less); the changes are an update's (small) and the traces must fit the task anyway
-    files = run.write_wide(f"s{slot}", union.coalesce(1).mapInArrow(fn, wide_schema))
-    for t in [*tags, *held_tags]:
-        run.replaced[t] = [files[t]] if t in files else []
+    files = lu.written(run, f"s{slot}", (lu.out_tag, out_schema))
     return lu.decoded(run.read([files[lu.out_tag]] if lu.out_tag in files else [], out_schema, lu.out_tag))
 
 
@@ -517,9 +524,7 @@ def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_sche
     the update returns and holds back (kinds ``o`` and ``p``) with the new traces, under the
     version's last write (``data``).  The files written, by kind; the loop's traces are put in
     ``run.replaced``."""
-    spark = lu.union.sparkSession
-    program = lu.program
-    j = len(program.sources) + len(lu.tags)
+    j = len(lu.program.sources) + len(lu.tags)
     names = [f.name for f in view_schema.fields]
     union = lu.union
     if pending is not None:
@@ -528,13 +533,7 @@ def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_sche
         union = union.unionByName(pending.selectExpr(f"{j} AS {SRC}", *[f"{e} AS {tag_name(j, i)}"
                                                                          for i, e in enumerate(cast)]),
                                   allowMissingColumns=True)
-    wide_schema = lu.wide_schema([("o", view_schema)])
-    fn = task(program, lu.cs.ttype, list(run.frontier), lu.out_tag, lu.tags, lu.held_tags,
-              arrow_schema(spark, wide_schema), final=True)
-    files = run.write_wide("data", union.coalesce(1).mapInArrow(fn, wide_schema))
-    for t in [*lu.tags, *lu.held_tags]:
-        run.replaced[t] = [files[t]] if t in files else []
-    return files
+    return lu.written(run, "data", ("o", view_schema), union, final=True)
 
 
 __all__ = ["LOOP", "LoopUpdate", "Spec", "loop_in_view", "loop_update", "record", "specs", "version_output",
