@@ -19,12 +19,14 @@ the last ``T``, row for row.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ from spark_support import no_spark_job, sdf
 import spark_differential as sd
 from spark_differential.algorithms import bfs
 from spark_differential.core import lattice as L
+from spark_differential.core.settings import INCREMENTAL_ROWS
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -269,24 +272,55 @@ def run_view(
     return got
 
 
+@contextlib.contextmanager
+def update_path(spark: Any, path: str, caplog: Any = None) -> Iterator[None]:
+    """A traced view's updates in one task (``one_task``: ``spark_differential.incremental.localRows``
+    left at its default, and the log must say each update took that path) or distributed (``0``)."""
+    if path == "distributed":
+        spark.conf.set(INCREMENTAL_ROWS, "0")
+    if caplog is not None:
+        caplog.set_level(logging.INFO, logger="spark_differential.incremental")
+        caplog.clear()
+    try:
+        yield
+    finally:
+        spark.conf.unset(INCREMENTAL_ROWS)
+    if caplog is not None:
+        said = [r.getMessage() for r in caplog.records if r.name == "spark_differential.incremental"]
+        taken = [m for m in said if "runs inside one task" in m]
+        assert (taken and len(taken) == len(said)) if path == "one_task" else not taken, said
+
+
+@pytest.fixture
+def distributed_updates(spark: Any) -> Iterator[None]:
+    """A traced view's updates distributed (what a test of its kernels' inputs reads)."""
+    with update_path(spark, "distributed"):
+        yield
+
+
 def stage_of(path: Any) -> int:
     """The stage the view stored under ``path`` runs in (its newest manifest says)."""
     manifest = sorted((Path(path) / "_manifests").glob("v*.json"))[-1]
     return int(json.loads(manifest.read_text())["stage"])
 
 
-@pytest.mark.parametrize("name,stage", [("int", 2), ("product2", 2), ("int", 1)])
-def test_joins_and_reductions_in_successive_updates(spark, tmp_path, name: str, stage: int) -> None:
+@pytest.mark.parametrize("name,stage,where", [("int", 2, "one_task"), ("product2", 2, "one_task"),
+                                              ("int", 2, "distributed"), ("product2", 2, "distributed"),
+                                              ("int", 1, "")])
+def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, name: str, stage: int,
+                                                     where: str) -> None:
     """Every join and reduction in one view, random inputs split at random into updates.
 
-    Stage 2 (chosen for this query) keeps each operator's traces; stage 1 (asked for)
-    re-runs the query on the stored inputs.  Both against the oracle, and the one-shot run."""
+    Stage 2 (chosen for this query) keeps each operator's traces, its updates inside one
+    task or distributed; stage 1 (asked for) re-runs the query on the stored inputs.  All
+    against the oracle, and the one-shot run."""
     lat = LAT[name]
     inputs = random_inputs(7 + len(name) + stage, lat, 12, 7, 4)
     # each update runs eight operators: three updates with integer times, two with product times
     steps = schedule(random.Random(len(name) + stage), lat, inputs, 3 if name == "int" else 2, 5)
     path = tmp_path / "view"
-    got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1)
+    with update_path(spark, where, caplog if where else None):
+        got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1)
     assert stage_of(path) == stage
     want = expected(ref_many(lat), inputs, steps[-1][0], lat)
     assert_updates_equal(consolidate(got), want)
@@ -383,8 +417,8 @@ def test_repeated_batch_id_changes_nothing(spark, tmp_path) -> None:
     assert view.frontier == 3 and view.batch_id == 1
 
 
-@pytest.mark.parametrize("stage", [1, 2])
-def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) -> None:
+@pytest.mark.parametrize("stage,where", [(1, ""), (2, "distributed"), (2, "one_task")])
+def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, caplog, stage: int, where: str) -> None:
     """Counts, not timings: the Spark jobs of one update of ``orders ⋈ customers``, count per region.
 
     Stage 1: one write stages the new updates of both inputs; then the query's two
@@ -401,8 +435,10 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     new totals (the count's kernel runs twice there, on one shuffle): 8 jobs.  Merging
     (every third update) adds one shuffle per trace (the join's two, the count's rows
     and totals): 12 jobs.
+
+    Stage 2 in one task (the default for an update this small): one job, merges included
+    (:mod:`spark_differential.incremental.onetask`).
     """
-    from spark_differential.core.jobs import count_jobs
 
     def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
         return orders.dd_join(customers, on="cid").dd_count(by="region")
@@ -413,28 +449,37 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, stage: int) ->
     customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
     view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3, stage=stage)
     jobs, got = [], []
-    for i in range(5):
-        if i > 0:  # an order moves to another customer, a customer to another region
-            oid, cid = rng.randrange(20), rng.randrange(6)
-            old = [r for r in orders if r[0] == oid]
-            orders += [(oid, old[-1][1], i, -1), (oid, cid, i, 1)] if sum(r[3] for r in old) else [(oid, cid, i, 1)]
-            cur = {}
-            for c, reg, _, r in customers:
-                cur[(c, reg)] = cur.get((c, reg), 0) + r
-            c = rng.randrange(6)
-            reg = next(k[1] for k, v in cur.items() if k[0] == c and v > 0)
-            customers += [(c, reg, i, -1), (c, f"r{(int(reg[1:]) + 1) % 3}", i, 1)]
-        o = spark.createDataFrame([r for r in orders if r[2] == i], o_schema)
-        c_df = spark.createDataFrame([r for r in customers if r[2] == i], c_schema)
-        with count_jobs(spark) as counted:
-            out = view.update(upto=i + 1, orders=o, customers=c_df)
-        jobs.append(counted.jobs)
-        got += rows_of(out)
+    with update_path(spark, where, caplog if where else None):
+        for i in range(5):
+            _one_update(spark, view, rng, i, orders, customers, o_schema, c_schema, jobs, got)
     want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
     assert want and sorted(consolidate(got)) == sorted(want)
     # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
     assert stage_of(tmp_path / "v") == stage
-    assert jobs == ([5, 5, 5, 8, 5] if stage == 1 else [8, 8, 8, 12, 8]), jobs
+    assert jobs == {"": [5, 5, 5, 8, 5], "distributed": [8, 8, 8, 12, 8], "one_task": [1] * 5}[where], jobs
+
+
+def _one_update(spark: Any, view: Any, rng: random.Random, i: int, orders: list, customers: list, o_schema: str,
+                c_schema: str, jobs: list, got: list) -> None:
+    """Update ``i`` of the join + count view of the test above: its jobs and output appended."""
+    from spark_differential.core.jobs import count_jobs
+
+    if i > 0:  # an order moves to another customer, a customer to another region
+        oid, cid = rng.randrange(20), rng.randrange(6)
+        old = [r for r in orders if r[0] == oid]
+        orders += [(oid, old[-1][1], i, -1), (oid, cid, i, 1)] if sum(r[3] for r in old) else [(oid, cid, i, 1)]
+        cur = {}
+        for c, reg, _, r in customers:
+            cur[(c, reg)] = cur.get((c, reg), 0) + r
+        c = rng.randrange(6)
+        reg = next(k[1] for k, v in cur.items() if k[0] == c and v > 0)
+        customers += [(c, reg, i, -1), (c, f"r{(int(reg[1:]) + 1) % 3}", i, 1)]
+    o = spark.createDataFrame([r for r in orders if r[2] == i], o_schema)
+    c_df = spark.createDataFrame([r for r in customers if r[2] == i], c_schema)
+    with count_jobs(spark) as counted:
+        out = view.update(upto=i + 1, orders=o, customers=c_df)
+    jobs.append(counted.jobs)
+    got += rows_of(out)
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:
@@ -633,7 +678,7 @@ def test_foreach_batch_replay_hands_the_same_output_again(spark, tmp_path) -> No
 # -- stage 2: per-operator traces ------------------------------------------------------------
 
 
-def test_stage2_work_follows_the_size_of_the_changes(spark, tmp_path) -> None:
+def test_stage2_work_follows_the_size_of_the_changes(spark, tmp_path, distributed_updates) -> None:
     """Counts, not timings: a 10-change update over a large state hands its kernels the new
     updates and the trace rows of the keys they touch, a small fraction of the state."""
     path = str(tmp_path / "v")
@@ -691,8 +736,10 @@ def test_stage2_refuses_a_query_whose_operators_changed(spark, tmp_path) -> None
 
 
 @pytest.mark.connect
-def test_stage2_view_on_the_session(spark, tmp_path) -> None:
-    """A join + reductions view in stage 2 on the test session (also a Spark Connect one), against the oracle."""
+@pytest.mark.parametrize("where", ["one_task", "distributed"])
+def test_stage2_view_on_the_session(spark, tmp_path, caplog, where: str) -> None:
+    """A join + reductions view in stage 2 on the test session (also a Spark Connect one), its
+    updates in one task or distributed, against the oracle."""
     lat = Total()
     inputs = random_inputs(31, lat, 4, 6, 4)
     steps = schedule(random.Random(31), lat, inputs, 3, 5)
@@ -708,12 +755,13 @@ def test_stage2_view_on_the_session(spark, tmp_path) -> None:
         return Coll(("case", "count"), consolidate(counted.updates + top.updates))
 
     path = tmp_path / "view"
-    got = run_view(spark, str(path), q, inputs, steps, lat)
+    with update_path(spark, where, caplog):
+        got = run_view(spark, str(path), q, inputs, steps, lat)
     assert stage_of(path) == 2
     assert_updates_equal(consolidate(got), expected(ref, inputs, steps[-1][0], lat))
 
 
-def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, tmp_path) -> None:
+def test_stage2_count_and_sum_read_the_touched_rows_and_the_keys_totals(spark, tmp_path, distributed_updates) -> None:
     """Counts, not timings: ``dd_count``/``dd_sum`` in stage 2 keep per-key totals, so a few
     changes under few keys (every update touches every region here) hand their kernels the
     changed rows, those rows' old updates and the regions' totals, not the regions' rows.

@@ -70,6 +70,8 @@ LOCAL_SPREAD = "spark_differential.iterate.localSpread"
 CHUNK_ROWS = "spark_differential.iterate.chunkRows"
 
 PIPELINE_ROWS = "spark_differential.pipeline.localRows"
+# rows an incremental view's update may read to run inside one task (its stored traces, the changes)
+INCREMENTAL_ROWS = "spark_differential.incremental.localRows"
 DEFAULT_PIPELINE_ROWS = 100_000
 
 BUCKETS_PER_PARTITION = "spark_differential.buckets_per_partition"
@@ -102,6 +104,13 @@ def default_rows(spark: Any) -> int:
 def local_rows(spark: Any) -> int:
     """Input rows a loop may have to run inside one task (``0``: never)."""
     return _rows(spark, LOCAL_ROWS, default_rows(spark))
+
+
+def incremental_rows(spark: Any) -> int:
+    """Rows an incremental view's update may read, by Spark's estimate, to run inside one task
+    (its stored traces, the changes, the output held back; ``0``: never): by default the
+    default of ``localRows``."""
+    return _rows(spark, INCREMENTAL_ROWS, default_rows(spark))
 
 
 def partition_rows(spark: Any) -> int:

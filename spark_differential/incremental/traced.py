@@ -81,6 +81,7 @@ from spark_differential.engine.distributed import run_bucketed
 from spark_differential.engine.kernel_form import Input, bucket_sql, finish, key_hash, prepare, time_fields
 from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental import onetask
 from spark_differential.incremental.inputs import check_output, data_fields
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view, write_version
@@ -399,6 +400,10 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     # a query that is one loop over an integral time: its task writes the whole version (one job)
     one_loop = (len(operators) == 1 and operators[0].op == "dd_iterate" and integral_sql(ttype) is not None
                 and all(operators[0].side(j) == LOOP for j in range(len(operators[0].inputs))))
+    if not one_loop:  # a small update: the whole query in one task (one job), if it can run there
+        written = onetask.write(store, query, policy, up, bucketing, operators)
+        if written is not None:
+            return written, []
     run, result = called(one_loop)
     if one_loop:
         if run.deferred is not None and result is run.deferred[1]:

@@ -119,9 +119,11 @@ def estimated_rows(sources: Sequence[Any]) -> Estimate:
 
 
 def _rows_of_size(size: int | float, columns: int) -> int:
-    """Rows of a plan of ``size`` bytes by Spark's statistics: over a generous row width;
-    0 for Spark's "unknown" (``Long.MaxValue``, 8 EiB)."""
-    return int(size // (16 * (columns + 1))) if size < (1 << 62) else 0
+    """Rows of a plan of ``size`` bytes by Spark's statistics: over a generous row width, at
+    least one; 0 for Spark's "unknown" (``Long.MaxValue``, 8 EiB)."""
+    if size <= 0 or size >= (1 << 62):
+        return 0
+    return max(1, int(size // (16 * (columns + 1))))  # a few bytes are a row, not none
 
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
@@ -203,7 +205,7 @@ def connect_held(plan: Any, exact: bool = False) -> tuple[int, bool]:
     return (table.num_rows if table is not None else 0), True
 
 
-_PASS = {"Project", "Filter", "SubqueryAlias"}
+_PASS = {"Project", "Filter", "SubqueryAlias", "Repartition", "RepartitionByExpression"}  # rows kept as they are
 
 
 def held_rows(df: Any) -> int | None:

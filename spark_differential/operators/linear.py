@@ -11,12 +11,15 @@ which consolidates its inputs anyway.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_differential.core.collection import (
     DIFF,
     TIME,
+    CollectionSchema,
     checked,
     guard_expr,
     inspect,
@@ -26,8 +29,8 @@ from spark_differential.core.collection import (
     quoted,
     sql_zero,
 )
-from spark_differential.core.lattice import Loop
-from spark_differential.core.scope import unify
+from spark_differential.core.lattice import Loop, TimeType
+from spark_differential.core.scope import Entry, unify
 from spark_differential.engine import call as seam
 from spark_differential.engine.call import ConcatCall
 from spark_differential.errors import IterationError, SchemaMismatchError
@@ -114,11 +117,22 @@ def dd_concat(df: DataFrame, *others: DataFrame, consolidate: bool = True) -> Da
                     f"collection {i}; cast it so both agree"
                 )
     target, _, entries = unify(op, schemas, [f"collection {i + 1}" for i in range(len(dfs))])
+    call = ConcatCall(op, tuple(dfs), tuple(schemas), tuple(entries), target)
     if any(e.in_loop for e in entries):
-        out = seam.concat(ConcatCall(op, tuple(dfs), tuple(schemas), tuple(entries), target), _not_running)
+        out = seam.concat(call, _not_running)
         if seam.recording():  # a placeholder of the in-task recorder, whose loop consolidates every step's input
             return out
         return consolidated_collection(out, list(first.data_cols)) if consolidate else out
+    if seam.recording():  # a recorder of a whole query may take it (a loop body's passes it to the union)
+        return seam.concat(call, lambda _: _union(dfs, schemas, entries, target, consolidate))
+    return _union(dfs, schemas, entries, target, consolidate)
+
+
+def _union(dfs: Sequence[DataFrame], schemas: Sequence[CollectionSchema], entries: Sequence[Entry], target: TimeType,
+           consolidate: bool) -> DataFrame:
+    """``dd_concat`` outside every loop: the union of the collections, each at the target time."""
+    op = "dd_concat"
+    first = schemas[0]
     out = None
     if integral_sql(target) is not None and all(cs.ttype == target for cs in schemas):
         # the union of the inputs as they are, then one projection (or the aggregation) checking and

@@ -25,6 +25,7 @@ from spark_differential.trace.spine import MergePolicy, Spine
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 # in one task every merge is eager and exact in size: the policy's ratio, no bound on batches
 POLICY = MergePolicy(max_batches=0)
@@ -45,11 +46,42 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = DIFF, ttype: 
         return table
     if frontier:
         assert ttype is not None
-        t = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in leaf_cols])
-        adv = ttype.np_advance(t, frontier)
-        for j, c in enumerate(leaf_cols):
-            table = table.set_column(table.schema.get_field_index(c), c, pa.array(adv[:, j]))
+        table = advanced(table, ttype, frontier, leaf_cols)
     return native.consolidated(table, cols, diff)
+
+
+def advanced(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], leaf_cols: Sequence[str]) -> pa.Table:
+    """``table`` with its time leaves ``leaf_cols`` advanced to ``frontier`` (``advance(t, F)``, seed 004)."""
+    if table.num_rows == 0 or not frontier:
+        return table
+    t = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.int64) for c in leaf_cols])
+    adv = ttype.np_advance(t, frontier)
+    for j, c in enumerate(leaf_cols):
+        table = table.set_column(table.schema.get_field_index(c), c, pa.array(adv[:, j]))
+    return table
+
+
+def consolidated_sums(table: pa.Table, sums: Sequence[str]) -> pa.Table:
+    """``table``'s rows equal in every column but ``sums`` as one row, each of ``sums`` summed
+    (null where all its values are), the rows whose sums are all zero or null dropped: "consolidate"
+    for updates that carry several differences (a count's totals, :mod:`spark_differential.kernels.totals`).
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": [1, 1, 2], "n": [1, -1, 2], "s": [5, -5, None]})
+    >>> consolidated_sums(t, ["n", "s"]).to_pylist()
+    [{'k': 2, 'n': 2, 's': None}]
+    """
+    if table.num_rows == 0:
+        return table
+    rest = [c for c in table.column_names if c not in sums]
+    agg = table.group_by(rest, use_threads=False).aggregate([(c, "sum") for c in sums])
+    grouped = pa.Table.from_arrays([agg.column(f"{c}_sum" if c in sums else c) for c in table.column_names],
+                                   names=table.column_names)
+    nonzero = None
+    for c in sums:
+        ne = pc.not_equal(grouped.column(c), pa.scalar(0, grouped.schema.field(c).type))
+        nonzero = ne if nonzero is None else pc.or_kleene(nonzero, ne)
+    return conform(grouped.filter(nonzero), table.schema)
 
 
 def concat_tables(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -1,0 +1,401 @@
+"""A traced view's update run whole inside one Spark task: one job an update.
+
+On ``(data, time, diff)``: the same update as the traced strategy's distributed one
+(:mod:`spark_differential.incremental.traced`, whose docstring argues why it is exact):
+each stateful operator's kernel gets its new input updates and the stored trace rows of
+the keys they touch and returns ``F(trace + new) - F(trace)``; a ``dd_count``/exact
+``dd_sum`` gets the stored rows of the rows it changes and its keys' totals
+(:mod:`spark_differential.kernels.totals`); the new updates become the traces' newest
+files; the output is split into what the update returns (``o``: times not in the future
+of the new frontier) and what it holds back (``p``).  The stored files are the same, so
+a view's updates may take either path, one after the other.
+
+What differs is where it runs.  The query is recorded on the driver (no job:
+:mod:`spark_differential.intask.query`), and one ``mapInArrow`` task reads the update's
+changes, the output held back before and every stored trace, runs every operator in
+order on Arrow tables (:func:`update_tables`), merges the traces the view's merge policy
+asks for (advanced to the new frontier and consolidated, as the distributed merge), and
+returns every collection the version stores.  A projection on its way to the version's
+one Parquet write gives the traces' rows their key bucket (Spark's hash of the key,
+as the distributed path wrote it) and the output its time type: **one Spark job**.
+
+The task holds the whole stored state, so the path is taken when Spark's estimate of
+what it reads is at most ``spark_differential.incremental.localRows`` rows
+(:func:`spark_differential.core.settings.incremental_rows`); else, or when the query
+cannot run inside one task (a ``dd_iterate`` with other operators, an expression the
+translator does not cover, a time conversion), the update runs distributed, and one log
+line says which and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from spark_differential.core import settings
+from spark_differential.core.collection import DIFF, integral_sql
+from spark_differential.core.lattice import Leaves, TimeType
+from spark_differential.core.lazy import lazy
+from spark_differential.core.names import BUCKET, SRC
+from spark_differential.engine.kernel_form import arrow_schema, bucket_sql
+from spark_differential.incremental.inputs import check_output
+from spark_differential.incremental.loop import version_output
+from spark_differential.incremental.manifest import Update, Written
+from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
+from spark_differential.incremental.store import Store
+from spark_differential.intask.program import Concat, Stateful
+from spark_differential.intask.query import QueryProgram, record_query
+from spark_differential.intask.relation import Untranslatable, leaves
+from spark_differential.intask.sources import estimated_rows, tag_name, tag_source
+from spark_differential.intask.step import kernel_input, relation_rows, run_concat, user_named
+from spark_differential.kernels import native
+from spark_differential.kernels import totals as ktotals
+from spark_differential.kernels.common import NEW, D, conform, times
+from spark_differential.trace.arrow import advanced, concat_tables, consolidated, consolidated_sums
+from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
+
+np = lazy("numpy")
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+log = logging.getLogger("spark_differential.incremental")
+
+OP = "sd.incremental"  # what null checks of the task's inputs name
+
+
+@dataclass(frozen=True)
+class StoredTrace:
+    """One trace the task reads and extends: operator ``slot``'s input ``side``, holding
+    ``kind`` (rows or totals), stored with ``schema`` (Arrow: the bucket first);
+    ``merged``: the kind its merging files are written under in this update (``<tag>c``: all
+    of them, ``<tag>m``: the deltas after the first; ``None``: no merge)."""
+
+    tag: str
+    slot: int
+    side: int
+    kind: str
+    schema: Any  # pa.Schema
+    merged: str | None = None
+
+
+# ---------------------------------------------------------------------------------
+# the task (plain functions over Arrow tables)
+
+
+def _with_new(table: pa.Table, schema: pa.Schema, new: bool) -> pa.Table:
+    """Stored trace rows (bucket first, no ``_new``) as a kernel's input rows (``schema``)."""
+    rows = table.drop_columns([BUCKET]) if BUCKET in table.column_names else table
+    return conform(rows.append_column(NEW, pa.array(np.full(rows.num_rows, new))), schema)
+
+
+def _stored(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Kernel rows (no bucket; ``_new`` dropped) as rows of a stored trace (``schema``: the bucket
+    first, null here: the projection after the task computes it)."""
+    rows = rows.drop_columns([NEW]) if NEW in rows.column_names else rows
+    return conform(rows.add_column(0, BUCKET, pa.nulls(rows.num_rows, schema.field(0).type)), schema)
+
+
+def _touching(old: pa.Table, news: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
+    """The rows of ``old`` whose ``cols`` some row of ``news`` has (no ``cols``: every row, if any is new)."""
+    present = [n.select(list(cols)) for n in news if n.num_rows]
+    if not present:
+        return old.slice(0, 0)
+    if not cols:
+        return old
+    return native.touching(old, pa.concat_tables(present), cols)
+
+
+def update_tables(program: QueryProgram, operators: Sequence[Operator], sources: Sequence[pa.Table],
+                  pending: pa.Table, stored: Mapping[str, pa.Table], traces: Sequence[StoredTrace],
+                  merging: Mapping[str, pa.Table], ttype: TimeType, frontier: Sequence[Leaves]
+                  ) -> tuple[pa.Table, pa.Table, dict[str, pa.Table], dict[str, pa.Table]]:
+    """One update of a traced view over Arrow tables (the module docstring).
+
+    ``sources``: each input's changes (user columns: data, time leaves, diff, in the order of
+    ``program.names``); ``pending``: the output held back by earlier updates (the output's
+    columns); ``stored``: every trace's rows by tag (its files', ``merging``'s included);
+    ``merging``: the rows of the files that merge, by tag.  Returns what the update returns
+    and holds back (both consolidated), each trace's new rows (its newest file) and each
+    merging trace's merged rows (advanced to ``frontier`` and consolidated)."""
+    width = program.width
+    by_tag = {t.tag: t for t in traces}
+    tables: dict[str, pa.Table] = dict(zip(program.tables, sources))
+    new_rows: dict[str, pa.Table] = {}
+    slot = 0
+    for step in program.steps:
+        if isinstance(step, Concat):
+            tables[step.name] = run_concat(step, tables, [], 0)
+            continue
+        assert isinstance(step, Stateful)
+        news = [kernel_input(relation_rows(inp.relation, tables), inp, True, width)  # type: ignore[arg-type]
+                for inp in step.inputs]
+        operator = operators[slot]
+        if operator.side(1) == TOTALS:
+            out = _by_totals(step, slot, news[0], stored, by_tag, new_rows)
+        else:
+            sides = []
+            for k, (inp, new) in enumerate(zip(step.inputs, news)):
+                t = tag(slot, k)
+                old = _with_new(stored[t], inp.schema, False)
+                sides.append(concat_tables([_touching(old, news, step.key_cols), new], inp.schema))
+                if new.num_rows:
+                    new_rows[t] = _stored(new, by_tag[t].schema)
+            if any(n.num_rows for n in news):
+                out = conform(step.kernel(step.params, *sides), step.out_schema)
+            else:
+                out = step.out_schema.empty_table()
+        tables[step.name] = user_named(step, out)
+        slot += 1
+    cols = [*program.data, *leaves(width), DIFF]
+    out = consolidated(relation_rows(program.output, tables).rename_columns(cols), cols[:-1])
+    out = conform(out, pending.schema)
+    returned, kept = version_output(out, pending, ttype, frontier, width)
+    merged = {}
+    for t, rows in merging.items():
+        trace = by_tag[t]
+        tcols = times(width)
+        if trace.kind == TOTALS:
+            merged[t] = consolidated_sums(advanced(rows, ttype, frontier, tcols), list(ktotals.TOTALS))
+        else:
+            merged[t] = consolidated(rows, [c for c in rows.column_names if c != D], D, ttype, frontier, tcols)
+    return returned, kept, new_rows, merged
+
+
+def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa.Table],
+               by_tag: Mapping[str, StoredTrace], new_rows: dict[str, pa.Table]) -> pa.Table:
+    """A count or exact sum (:mod:`spark_differential.kernels.totals`): its kernel over the new rows
+    and the stored rows of the rows they change, and the totals of the keys they touch; its
+    output changes (the step's kernel columns).  The new rows and the totals' changes are put in
+    ``new_rows`` (the two traces' newest files)."""
+    t_rows, t_tot = tag(slot, 0), tag(slot, 1)
+    inp = step.inputs[0]
+    kcols = [c for c in inp.schema.names if c.startswith("_k")]
+    row_cols = [c for c in inp.schema.names if c not in (*times(step.width), D, NEW)]
+    old = _with_new(stored[t_rows], inp.schema, False)
+    tot_schema = by_tag[t_tot].schema
+    old_tot = stored[t_tot].drop_columns([BUCKET])
+    if new.num_rows == 0:
+        return step.out_schema.empty_table()
+    rows = concat_tables([_touching(old, [new], row_cols), new], inp.schema)
+    out = ktotals.totals(step.params, rows, _touching(old_tot, [new], kcols))
+    tags = out.column(ktotals.TAG)
+    new_rows[t_rows] = _stored(new, by_tag[t_rows].schema)
+    changes = out.filter(pc.equal(tags, 1)).select([c for c in tot_schema.names if c != BUCKET])
+    if changes.num_rows:
+        new_rows[t_tot] = _stored(changes, tot_schema)
+    return conform(out.filter(pc.equal(tags, 0)).select(step.out_schema.names), step.out_schema)
+
+
+def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
+    """The rows of ``SRC`` ``j`` of the task's input, as ``schema``'s columns (none there: no rows)."""
+    if table.num_rows == 0 or tag_name(j, 0) not in table.column_names:
+        return schema.empty_table()
+    rows = table.filter(pc.equal(table.column(SRC), j))
+    return conform(pa.Table.from_arrays([rows.column(tag_name(j, i)) for i in range(len(schema))],
+                                        names=schema.names), schema)
+
+
+def _wide(rows: pa.Table, kind: str, prefix: str, schema: pa.Schema) -> pa.Table:
+    """``rows`` as rows of the task's output (``schema``: the kind, then every collection's
+    columns as :func:`~spark_differential.incremental.storage.physical` names them with ``prefix``,
+    the others null)."""
+    n = rows.num_rows
+    mine = {f"_sd_{prefix}_{j}": c for j, c in enumerate(rows.columns)}
+    arrays = [pa.array(np.full(n, kind, dtype=object), pa.string()) if f.name == KIND
+              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
+    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
+
+
+def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
+         sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
+         schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of the update: its input tagged by ``SRC`` (the inputs'
+    changes ``0 .. n-1``, of ``sources``' schemas; the output held back, ``n``; then each
+    trace's kept files ``n + 1 + 2k`` and merging files ``n + 2 + 2k``), its output the
+    version's collections tagged by kind (``schema``): ``o`` and ``p`` (``out_schema``: the
+    output's data, time leaves, diff, under the prefix ``ol``), each trace's newest file
+    (its tag) and merged files (:attr:`StoredTrace.merged`)."""
+    n = len(program.names)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        seen = list(batches)
+        if not seen:  # nothing stored, nothing new
+            return
+        table = pa.Table.from_batches(seen)
+        inputs = [_part(table, j, s) for j, s in enumerate(sources)]
+        pending = _part(table, n, out_schema)
+        stored, merging = {}, {}
+        for k, tr in enumerate(traces):
+            stored[tr.tag] = _part(table, n + 1 + 2 * k, tr.schema)
+            if tr.merged is not None:
+                merging[tr.tag] = _part(table, n + 2 + 2 * k, tr.schema)
+                stored[tr.tag] = concat_tables([stored[tr.tag], merging[tr.tag]], tr.schema)
+        returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
+                                                         merging, ttype, frontier)
+        kinds = {tr.tag: tr.merged for tr in traces}
+        parts = [("o", "ol", returned), ("p", "ol", held), *[(t, t, rows) for t, rows in new_rows.items()],
+                 *[(kinds[t], t, rows) for t, rows in merged.items()]]
+        for kind, prefix, rows in parts:
+            if rows.num_rows:
+                yield from _wide(rows, str(kind), prefix, schema).to_batches()
+
+    return run
+
+
+# ---------------------------------------------------------------------------------
+# the driver
+
+
+def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, up: Update,
+          bucketing: tuple[int, int], operators: Sequence[Operator]) -> Written | None:
+    """The update ``up`` of a traced view in one task, if it may run there (the module
+    docstring): what it wrote; ``None`` (after a log line saying why) when it runs
+    distributed instead (:func:`spark_differential.incremental.traced.write`)."""
+    spark = store.spark
+    where = f"{up.op}: the update of the view under {up.where}"
+    limit = settings.incremental_rows(spark)
+    if limit == 0:
+        log.info("%s runs distributed (%s is 0)", where, settings.INCREMENTAL_ROWS)
+        return None
+    if any(o.side(j) not in (ROWS, TOTALS) for o in operators for j in range(len(o.inputs))):
+        return None  # a loop's traces: its own one task (incremental.loop)
+    try:
+        program, result = record_query(spark, query, up.schemas, up.ttype)
+    except Untranslatable as e:
+        log.info("%s runs distributed: its query cannot run inside one task (%s)", where, e)
+        return None
+    if not _matches(program, operators, spark):
+        return None  # the distributed path names what changed (traced.Run._check)
+    state, ttype, directory = up.state, up.ttype, up.directory
+    view_schema = check_output(up.op, result, ttype, state, up.where)
+    n = len(program.names)
+
+    # what the task reads: the changes, the output held back, every trace (its merging files apart)
+    parts: list[DataFrame] = []
+    for j, name in enumerate(program.names):
+        if name in up.incoming:
+            parts.append(tag_source(up.incoming[name], j, program.columns[j][:-ttype.width - 1], ttype, op=up.op))
+    data = [f.name for f in view_schema.fields[:-2]]
+    if state is not None and state.pending_files:
+        parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
+    old_traces = dict(state.trace_files) if state is not None else {}
+    traces: list[StoredTrace] = []
+    kept_files: dict[str, list[str]] = {}
+    for slot, operator in enumerate(operators):
+        for side, schema in enumerate(operator.inputs):
+            t, k = tag(slot, side), len(traces)
+            old = old_traces.get(t, [])
+            names: dict[str, str] = {}
+
+            def merged_at(whole: bool, t: str = t, names: dict[str, str] = names) -> str:
+                names[t] = f"{t}{'c' if whole else 'm'}"
+                return part(directory, names[t])
+
+            _, merging = ParquetTrace(tuple(old)).roll(part(directory, t), policy, store.size, merged_at)
+            kept_files[t] = [f for f in old if f not in merging]
+            traces.append(StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema), names.get(t)))
+            for src, files in ((n + 1 + 2 * k, kept_files[t]), (n + 2 + 2 * k, list(merging))):
+                if files:
+                    rows = store.read(files, schema, t)
+                    parts.append(rows.select(F.lit(src).alias(SRC), *[F.col(f.name).alias(tag_name(src, i))
+                                                                      for i, f in enumerate(schema.fields)]))
+    union: DataFrame | None = None
+    for p in parts:
+        union = p if union is None else union.unionByName(p, allowMissingColumns=True)
+    if union is None:
+        return None
+    estimate = estimated_rows(parts)  # (a Python list's rows are bounded by its batches: held_rows)
+    rows = estimate.rows if estimate.known else estimate.bound
+    if rows is None or rows > limit:
+        log.info("%s runs distributed: it reads %s rows by Spark's estimate, more than %s=%d lets one task hold",
+                 where, "an unknown number of" if rows is None else rows, settings.INCREMENTAL_ROWS, limit)
+        return None
+    log.info("%s runs inside one task (%d rows by Spark's estimate, at most %d)", where, rows, limit)
+
+    # the task's output: the kind, the output (prefix ol: data, leaves, diff), every trace's columns
+    leaf_fields = [T.StructField(c, T.LongType(), True) for c in leaves(ttype.width)]
+    out_fields = [*[T.StructField(f.name, f.dataType, True) for f in view_schema.fields[:-2]], *leaf_fields,
+                  T.StructField(DIFF, T.LongType(), True)]
+    out_struct = T.StructType(out_fields)
+    fields = [T.StructField(KIND, T.StringType(), True),
+              *[T.StructField(p, f.dataType, True) for p, f in zip(physical("ol", out_struct), out_fields)]]
+    for slot, operator in enumerate(operators):
+        for side, schema in enumerate(operator.inputs):
+            fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(tag(slot, side), schema),
+                                                                         schema.fields)]
+    wide = T.StructType(fields)
+    sources = [arrow_schema(spark, T.StructType([*[up.schemas[nm][c] for c in cols[:-ttype.width - 1]],
+                                                 *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
+               for nm, cols in zip(program.names, program.columns)]
+    fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
+              arrow_schema(spark, wide))
+    out = union.coalesce(1).mapInArrow(fn, wide)
+    present = store.write_data(directory, out.select(*_stored_columns(program, operators, view_schema, ttype,
+                                                                       bucketing)))
+    trace_files = {}
+    for tr in traces:
+        files = list(kept_files[tr.tag])
+        for kind in (tr.merged, tr.tag):
+            if kind is not None and part(directory, kind) in present:
+                files.append(part(directory, kind))
+        trace_files[tr.tag] = files
+    return Written(
+        output=view_schema,
+        output_exists=part(directory, "o") in present,
+        input_files={},
+        emitted_files=[],
+        compacted=True,
+        trace_files=trace_files,
+        pending_files=[p for p in [part(directory, "p")] if p in present],
+        operators=tuple(operators),
+    )
+
+
+def _matches(program: QueryProgram, operators: Sequence[Operator], spark: Any) -> bool:
+    """Whether the recorded query calls the stored operators, with the stored traces' columns."""
+    steps = [s for s in program.steps if isinstance(s, Stateful)]
+    if program.ops != tuple(o.op for o in operators) or len(steps) != len(operators):
+        return False
+    for step, operator in zip(steps, operators):
+        for k, inp in enumerate(step.inputs):
+            if k >= len(operator.inputs) or operator.side(k) not in (ROWS, TOTALS):
+                return False
+            want = [f.name for f in operator.inputs[k].fields if f.name != BUCKET]
+            if want != [c for c in inp.schema.names if c != NEW]:
+                return False
+    return True
+
+
+def _stored_columns(program: QueryProgram, operators: Sequence[Operator], view_schema: T.StructType,
+                    ttype: TimeType, bucketing: tuple[int, int]) -> list[Any]:
+    """The task's output as the version's write stores it: the output's time leaves as its
+    time type (``_sd_o_*``, :func:`~spark_differential.incremental.storage.physical`), each
+    trace's new rows with their key bucket (Spark's hash of the key columns: the same
+    expression as the distributed path's, so either path reads the other's files)."""
+    nd, w = len(view_schema.fields) - 2, ttype.width
+    ol = physical("ol", T.StructType([T.StructField(str(i), T.LongType()) for i in range(nd + w + 1)]))
+    o = physical("o", view_schema)
+    sql_type = integral_sql(ttype)
+    leaf_cols = [F.col(c) for c in ol[nd:nd + w]]
+    time_col = leaf_cols[0].cast(sql_type) if sql_type is not None else ttype.decode_columns(leaf_cols)
+    cols = [F.col(KIND), *[F.col(a).alias(b) for a, b in zip(ol[:nd], o[:nd])], time_col.alias(o[nd]),
+            F.col(ol[nd + w]).alias(o[nd + 1])]
+    for slot, operator in enumerate(operators):
+        for side, schema in enumerate(operator.inputs):
+            t = tag(slot, side)
+            names = schema.fieldNames()
+            phys = physical(t, schema)
+            hashed = program.hashed[slot][side] if side < len(program.hashed[slot]) else tuple(
+                c for c in names if c.startswith("_k"))
+            bucket = F.expr(bucket_sql([phys[names.index(c)] for c in hashed], *bucketing))
+            cols.append(F.when(F.col(KIND) == t, bucket).otherwise(F.col(phys[0])).alias(phys[0]))
+            cols += [F.col(c) for c in phys[1:]]
+    return cols
+
+
+__all__ = ["StoredTrace", "task", "update_tables", "write"]
