@@ -122,6 +122,13 @@ class Files:
             stream.close()
         return bytes(data).decode("utf-8")
 
+    def local_root(self) -> str | None:
+        """The root as a path of this machine when the filesystem is the local one (``None``:
+        another one, such as HDFS or S3A), found once."""
+        if not hasattr(self, "_local_root"):
+            self._local_root = self._local(self.root)
+        return self._local_root
+
     def _local(self, p: str) -> str | None:
         """``p`` as a path of this machine when the filesystem is the local one (``None``: another one)."""
         if self._jvm is None:

@@ -29,7 +29,9 @@ line says which and why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +65,7 @@ from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
+pq = lazy("pyarrow.parquet")
 log = logging.getLogger("spark_differential.incremental")
 
 OP = "sd.incremental"  # what null checks of the task's inputs name
@@ -81,6 +84,10 @@ class StoredTrace:
     kind: str
     schema: Any  # pa.Schema
     merged: str | None = None
+    # on the local filesystem: the directories of its kept and merging files, read by the task with pyarrow
+    # (else both are read by Spark's scan into the task's input)
+    kept: tuple[str, ...] | None = None
+    merging: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------
@@ -200,6 +207,21 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
                                         names=schema.names), schema)
 
 
+def parquet_files(directory: str) -> list[str]:
+    """The data files of a Parquet directory Spark wrote (its ``_SUCCESS``, ``.crc`` files left out)."""
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.endswith(".parquet") and not f.startswith(("_", ".")))
+
+
+def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema) -> pa.Table:
+    """A stored collection (columns named by :func:`~spark_differential.incremental.storage.physical`
+    with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``."""
+    names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
+    parts = [pq.read_table(f, columns=names).rename_columns(schema.names)
+             for d in directories for f in parquet_files(d)]
+    return concat_tables(parts, schema)
+
+
 def _wide(rows: pa.Table, kind: str, prefix: str, schema: pa.Schema) -> pa.Table:
     """``rows`` as rows of the task's output (``schema``: the kind, then every collection's
     columns as :func:`~spark_differential.incremental.storage.physical` names them with ``prefix``,
@@ -231,9 +253,11 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         pending = _part(table, n, out_schema)
         stored, merging = {}, {}
         for k, tr in enumerate(traces):
-            stored[tr.tag] = _part(table, n + 1 + 2 * k, tr.schema)
+            local = tr.kept is not None
+            stored[tr.tag] = read_local(tr.kept, tr.tag, tr.schema) if local else _part(table, n + 1 + 2 * k, tr.schema)
             if tr.merged is not None:
-                merging[tr.tag] = _part(table, n + 2 + 2 * k, tr.schema)
+                merging[tr.tag] = (read_local(tr.merging, tr.tag, tr.schema) if local
+                                   else _part(table, n + 2 + 2 * k, tr.schema))
                 stored[tr.tag] = concat_tables([stored[tr.tag], merging[tr.tag]], tr.schema)
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
                                                          merging, ttype, frontier)
@@ -284,6 +308,8 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     if state is not None and state.pending_files:
         parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
     old_traces = dict(state.trace_files) if state is not None else {}
+    root = store.files.local_root()  # traces on this machine's filesystem: the task reads them with pyarrow
+    stored_rows = 0
     traces: list[StoredTrace] = []
     kept_files: dict[str, list[str]] = {}
     for slot, operator in enumerate(operators):
@@ -298,19 +324,28 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
 
             _, merging = ParquetTrace(tuple(old)).roll(part(directory, t), policy, store.size, merged_at)
             kept_files[t] = [f for f in old if f not in merging]
-            traces.append(StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema), names.get(t)))
+            trace = StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema), names.get(t))
+            if root is not None:
+                local = [tuple(f"{root}/{f}" for f in fs) for fs in (kept_files[t], merging)]
+                stored_rows += sum(pq.ParquetFile(f).metadata.num_rows for d in (*local[0], *local[1])
+                                   for f in parquet_files(d))
+                traces.append(dataclasses.replace(trace, kept=local[0], merging=local[1]))
+                continue
+            traces.append(trace)
             for src, files in ((n + 1 + 2 * k, kept_files[t]), (n + 2 + 2 * k, list(merging))):
                 if files:
                     rows = store.read(files, schema, t)
                     parts.append(rows.select(F.lit(src).alias(SRC), *[F.col(f.name).alias(tag_name(src, i))
                                                                       for i, f in enumerate(schema.fields)]))
+    if not parts:  # nothing new, nothing held back: the task runs for the traces' merges alone
+        parts.append(spark.createDataFrame([(-1,)], f"{SRC} int"))
     union: DataFrame | None = None
     for p in parts:
         union = p if union is None else union.unionByName(p, allowMissingColumns=True)
-    if union is None:
-        return None
+    assert union is not None
     estimate = estimated_rows(parts)  # (a Python list's rows are bounded by its batches: held_rows)
     rows = estimate.rows if estimate.known else estimate.bound
+    rows = None if rows is None else rows + stored_rows
     if rows is None or rows > limit:
         log.info("%s runs distributed: it reads %s rows by Spark's estimate, more than %s=%d lets one task hold",
                  where, "an unknown number of" if rows is None else rows, settings.INCREMENTAL_ROWS, limit)
