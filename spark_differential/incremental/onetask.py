@@ -222,6 +222,36 @@ def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema) -> pa
     return concat_tables(parts, schema)
 
 
+def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function writing a version's collections on this machine's filesystem:
+    its rows (tagged by :data:`~spark_differential.incremental.storage.KIND`, each collection's
+    columns named by its prefix) go to one Parquet file per kind, ``target/_sd_kind=<kind>/part-00000.parquet``,
+    as Spark's partitioned write lays them out (written under a temporary name and renamed, so a
+    retried task replaces the file whole); it yields the kinds written."""
+
+    def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
+        return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts: dict[str, list[pa.Table]] = {}
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            kind_col = table.column(KIND)
+            for kind in pc.unique(kind_col).to_pylist():
+                mine = [c for c in table.column_names if c.startswith(f"_sd_{prefix(kind)}_")]
+                parts.setdefault(kind, []).append(table.filter(pc.equal(kind_col, kind)).select(mine))
+        for kind, tables in parts.items():
+            directory = os.path.join(target, f"{KIND}={kind}")
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".part-00000.parquet.{os.getpid()}.tmp")
+            pq.write_table(pa.concat_tables(tables), tmp)
+            os.replace(tmp, os.path.join(directory, "part-00000.parquet"))
+        if parts:
+            yield pa.RecordBatch.from_pydict({KIND: list(parts)}, schema=pa.schema([(KIND, pa.string())]))
+
+    return run
+
+
 def _wide(rows: pa.Table, kind: str, prefix: str, schema: pa.Schema) -> pa.Table:
     """``rows`` as rows of the task's output (``schema``: the kind, then every collection's
     columns as :func:`~spark_differential.incremental.storage.physical` names them with ``prefix``,
@@ -370,8 +400,13 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
               arrow_schema(spark, wide))
     out = union.coalesce(1).mapInArrow(fn, wide)
-    present = store.write_data(directory, out.select(*_stored_columns(program, operators, view_schema, ttype,
-                                                                       bucketing)))
+    stored = _as_stored(out, program, operators, view_schema, ttype, bucketing)
+    if root is None:  # another filesystem than this machine's: Spark's writer
+        present = store.write_data(directory, stored)
+    else:  # the same task writes the version's files itself (no job commit: one job that returns their kinds)
+        target = f"{root}/{directory}/data"
+        kinds = stored.mapInArrow(writer(target), f"{KIND} string").collect()
+        present = {part(directory, str(r[KIND])) for r in kinds}
     trace_files = {}
     for tr in traces:
         files = list(kept_files[tr.tag])
@@ -406,20 +441,21 @@ def _matches(program: QueryProgram, operators: Sequence[Operator], spark: Any) -
     return True
 
 
-def _stored_columns(program: QueryProgram, operators: Sequence[Operator], view_schema: T.StructType,
-                    ttype: TimeType, bucketing: tuple[int, int]) -> list[Any]:
+def _as_stored(out: DataFrame, program: QueryProgram, operators: Sequence[Operator], view_schema: T.StructType,
+            ttype: TimeType, bucketing: tuple[int, int]) -> DataFrame:
     """The task's output as the version's write stores it: the output's time leaves as its
     time type (``_sd_o_*``, :func:`~spark_differential.incremental.storage.physical`), each
     trace's new rows with their key bucket (Spark's hash of the key columns: the same
-    expression as the distributed path's, so either path reads the other's files)."""
+    expression as the distributed path's, so either path reads the other's files).  One
+    projection in SQL text (one py4j round trip), the time decoded by its type's Columns
+    where it is not integral."""
     nd, w = len(view_schema.fields) - 2, ttype.width
     ol = physical("ol", T.StructType([T.StructField(str(i), T.LongType()) for i in range(nd + w + 1)]))
     o = physical("o", view_schema)
     sql_type = integral_sql(ttype)
-    leaf_cols = [F.col(c) for c in ol[nd:nd + w]]
-    time_col = leaf_cols[0].cast(sql_type) if sql_type is not None else ttype.decode_columns(leaf_cols)
-    cols = [F.col(KIND), *[F.col(a).alias(b) for a, b in zip(ol[:nd], o[:nd])], time_col.alias(o[nd]),
-            F.col(ol[nd + w]).alias(o[nd + 1])]
+    exprs = [KIND, *[f"{a} AS {b}" for a, b in zip(ol[:nd], o[:nd])],
+             *([f"CAST({ol[nd]} AS {sql_type}) AS {o[nd]}"] if sql_type is not None else ol[nd:nd + w]),
+             f"{ol[nd + w]} AS {o[nd + 1]}"]
     for slot, operator in enumerate(operators):
         for side, schema in enumerate(operator.inputs):
             t = tag(slot, side)
@@ -427,10 +463,12 @@ def _stored_columns(program: QueryProgram, operators: Sequence[Operator], view_s
             phys = physical(t, schema)
             hashed = program.hashed[slot][side] if side < len(program.hashed[slot]) else tuple(
                 c for c in names if c.startswith("_k"))
-            bucket = F.expr(bucket_sql([phys[names.index(c)] for c in hashed], *bucketing))
-            cols.append(F.when(F.col(KIND) == t, bucket).otherwise(F.col(phys[0])).alias(phys[0]))
-            cols += [F.col(c) for c in phys[1:]]
-    return cols
+            bucket = bucket_sql([phys[names.index(c)] for c in hashed], *bucketing)
+            exprs += [f"CASE WHEN {KIND} = '{t}' THEN {bucket} ELSE {phys[0]} END AS {phys[0]}", *phys[1:]]
+    stored = out.selectExpr(*exprs)
+    if sql_type is None:  # (the columns' order does not matter: writes and reads go by name)
+        stored = stored.withColumn(o[nd], ttype.decode_columns([F.col(c) for c in ol[nd:nd + w]])).drop(*ol[nd:nd + w])
+    return stored
 
 
 __all__ = ["StoredTrace", "task", "update_tables", "write"]
