@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_differential.incremental.onetask import parquet_files, read_local, writer
+from spark_differential.incremental.store import parquet_files, read_local, writer
 
 
 def _batch() -> pa.RecordBatch:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,7 @@ from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Store
+from spark_differential.incremental.store import Store, parquet_files, read_local
 from spark_differential.intask.program import Concat, Stateful
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -207,51 +206,6 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
                                         names=schema.names), schema)
 
 
-def parquet_files(directory: str) -> list[str]:
-    """The data files of a Parquet directory Spark wrote (its ``_SUCCESS``, ``.crc`` files left out)."""
-    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                  if f.endswith(".parquet") and not f.startswith(("_", ".")))
-
-
-def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema) -> pa.Table:
-    """A stored collection (columns named by :func:`~spark_differential.incremental.storage.physical`
-    with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``."""
-    names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
-    parts = [pq.read_table(f, columns=names).rename_columns(schema.names)
-             for d in directories for f in parquet_files(d)]
-    return concat_tables(parts, schema)
-
-
-def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function writing a version's collections on this machine's filesystem:
-    its rows (tagged by :data:`~spark_differential.incremental.storage.KIND`, each collection's
-    columns named by its prefix) go to one Parquet file per kind, ``target/_sd_kind=<kind>/part-00000.parquet``,
-    as Spark's partitioned write lays them out (written under a temporary name and renamed, so a
-    retried task replaces the file whole); it yields the kinds written."""
-
-    def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
-        return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parts: dict[str, list[pa.Table]] = {}
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            kind_col = table.column(KIND)
-            for kind in pc.unique(kind_col).to_pylist():
-                mine = [c for c in table.column_names if c.startswith(f"_sd_{prefix(kind)}_")]
-                parts.setdefault(kind, []).append(table.filter(pc.equal(kind_col, kind)).select(mine))
-        for kind, tables in parts.items():
-            directory = os.path.join(target, f"{KIND}={kind}")
-            os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(directory, f".part-00000.parquet.{os.getpid()}.tmp")
-            pq.write_table(pa.concat_tables(tables), tmp)
-            os.replace(tmp, os.path.join(directory, "part-00000.parquet"))
-        if parts:
-            yield pa.RecordBatch.from_pydict({KIND: list(parts)}, schema=pa.schema([(KIND, pa.string())]))
-
-    return run
-
-
 def _wide(rows: pa.Table, kind: str, prefix: str, schema: pa.Schema) -> pa.Table:
     """``rows`` as rows of the task's output (``schema``: the kind, then every collection's
     columns as :func:`~spark_differential.incremental.storage.physical` names them with ``prefix``,
@@ -401,12 +355,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
               arrow_schema(spark, wide))
     out = union.coalesce(1).mapInArrow(fn, wide)
     stored = _as_stored(out, program, operators, view_schema, ttype, bucketing)
-    if root is None:  # another filesystem than this machine's: Spark's writer
-        present = store.write_data(directory, stored)
-    else:  # the same task writes the version's files itself (no job commit: one job that returns their kinds)
-        target = f"{root}/{directory}/data"
-        kinds = stored.mapInArrow(writer(target), f"{KIND} string").collect()
-        present = {part(directory, str(r[KIND])) for r in kinds}
+    present = store.write_data(directory, stored, one_task=True)
     trace_files = {}
     for tr in traces:
         files = list(kept_files[tr.tag])

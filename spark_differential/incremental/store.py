@@ -14,18 +14,25 @@ that fails or is killed before its manifest leaves the previous version current.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core.lazy import lazy
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.files import Files
 from spark_differential.incremental.manifest import State
 from spark_differential.incremental.storage import KIND, part, physical, tagged
+from spark_differential.trace.arrow import concat_tables
 from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
+
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
+pq = lazy("pyarrow.parquet")
 
 MANIFESTS = "_manifests"
 MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
@@ -107,19 +114,27 @@ class Store:
         assert wide is not None
         return self.write_wide(subdir, wide)
 
-    def write_wide(self, subdir: str, wide: DataFrame) -> dict[str, str]:
+    def write_wide(self, subdir: str, wide: DataFrame, one_task: bool = False) -> dict[str, str]:
         """Store rows tagged by :data:`~.storage.KIND` (each collection under its physical column names) in
-        one Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written."""
+        one Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written.
+
+        ``one_task``: ``wide`` is computed by one task (an update run inside one task); on this
+        machine's filesystem that task then writes the files itself (:func:`writer`: one job that
+        returns the kinds written, no job commit), else Spark's writer does."""
+        root = self.files.local_root() if one_task else None
+        if root is not None:
+            rows = wide.mapInArrow(writer(f"{root}/{subdir}"), f"{KIND} string").collect()
+            return {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
         wide.write.partitionBy(KIND).parquet(self.files.join(subdir))
         prefix = f"{KIND}="
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
                 if n.startswith(prefix)}
 
-    def write_data(self, directory: str, wide: DataFrame) -> set[str]:
+    def write_data(self, directory: str, wide: DataFrame, one_task: bool = False) -> set[str]:
         """A version's last write (``directory/data``): what the update returns, what it holds back, the
-        merged traces; the directories it stored (a collection with no rows has none)."""
-        wide.write.partitionBy(KIND).parquet(self.files.join(directory, "data"))
-        return {f"{directory}/data/{name}" for name in self.files.listdir(self.files.join(directory, "data"))}
+        merged traces; the directories it stored (a collection with no rows has none).  ``one_task``:
+        as :meth:`write_wide` says."""
+        return set(self.write_wide(f"{directory}/data", wide, one_task).values())
 
     def roll(self, old: Sequence[str], new: str | None, directory: str, tag: str, schema: T.StructType,
              policy: ParquetPolicy, merge: Callable[[Sequence[str]], DataFrame],
@@ -165,4 +180,58 @@ class Store:
                 self.files.delete(self.files.join(MANIFESTS, name))
 
 
-__all__ = ["MANIFESTS", "Store"]
+def parquet_files(directory: str) -> list[str]:
+    """The data files of a Parquet directory Spark wrote (its ``_SUCCESS``, ``.crc`` files left out)."""
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.endswith(".parquet") and not f.startswith(("_", ".")))
+
+
+def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema) -> pa.Table:
+    """A stored collection (columns named by :func:`~spark_differential.incremental.storage.physical`
+    with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``."""
+    names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
+    parts = [pq.read_table(f, columns=names).rename_columns(schema.names)
+             for d in directories for f in parquet_files(d)]
+    return concat_tables(parts, schema)
+
+
+def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function writing a version's collections on this machine's filesystem
+    from the task that computed them: its rows (tagged by :data:`~.storage.KIND`, each
+    collection's columns named by its prefix) go to one Parquet file per kind and task,
+    ``target/_sd_kind=<kind>/part-<task's partition>.parquet``, as Spark's partitioned write lays
+    them out (written under a temporary name and renamed, so a retried task replaces its file
+    whole); it yields the kinds written."""
+
+    def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
+        return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts: dict[str, list[pa.Table]] = {}
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            kind_col = table.column(KIND)
+            for kind in pc.unique(kind_col).to_pylist():
+                mine = [c for c in table.column_names if c.startswith(f"_sd_{prefix(kind)}_")]
+                parts.setdefault(kind, []).append(table.filter(pc.equal(kind_col, kind)).select(mine))
+        for kind, tables in parts.items():
+            directory = os.path.join(target, f"{KIND}={kind}")
+            os.makedirs(directory, exist_ok=True)
+            name = f"part-{_partition():05d}.parquet"
+            tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+            pq.write_table(pa.concat_tables(tables), tmp)
+            os.replace(tmp, os.path.join(directory, name))
+        if parts:
+            yield pa.RecordBatch.from_pydict({KIND: list(parts)}, schema=pa.schema([(KIND, pa.string())]))
+
+    return run
+
+
+def _partition() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return int(ctx.partitionId()) if ctx is not None else 0
+
+
+__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "writer"]

@@ -133,7 +133,7 @@ class Run(Handler):
     stored: list[tuple[str, DataFrame, T.StructType]] = field(default_factory=list)
     kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
     frontier: Sequence[Leaves] = ()  # the update's new frontier (a loop's task advances its traces to it)
-    # write_wide(subdirectory, rows tagged by KIND) -> the files written, by tag (a loop's one write)
+    # write_wide(subdirectory, rows tagged by KIND) -> the files written, by tag (a loop's one write, by its task)
     write_wide: Callable[[str, DataFrame], dict[str, str]] | None = None
     # the traces of loops (spark_differential.incremental.loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
@@ -383,7 +383,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             expected=operators,
             traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
             read=store.read, where=up.where, frontier=new_front,
-            write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide), defer_loop=defer,
+            write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide, one_task=True), defer_loop=defer,
         )
         with collecting() as history_ops, seam.handling(run):
             result = query(**changes)
