@@ -372,7 +372,11 @@ def incremental(
     it, else the rerun strategy (``stage=1``, the query re-run on the stored inputs),
     with one log line saying why; ``stage=1`` asks for the rerun strategy, ``stage=2``
     makes a query the traced one cannot keep an :class:`IncrementalStateError`.  The
-    strategy is fixed when the view is created.
+    strategy is fixed when the view is created.  A traced update that reads at most
+    ``spark_differential.incremental.localRows`` rows (by Spark's estimate, no job; by
+    default as many as ``spark_differential.iterate.localRows``) runs whole inside one
+    Spark task, one job (:mod:`spark_differential.incremental.onetask`); a larger one runs
+    operator by operator on the cluster; one INFO log line says which.
 
     Each update stores its new updates as one more Parquet directory per stored
     collection (the rerun strategy: per input, and one for the output returned so far;
