@@ -15,6 +15,11 @@ What is measured
       0 holds the initial edges and the root, each later update ``--changes`` edge
       changes, all at one time).
 
+    The peer for the ``view`` workload is Pathway's own incremental update of the same query
+    on the same changes (a ``pw.io.python`` subject committing one update at a time, timed from
+    sending its changes until the output's time ends), run in a process of its own after ours
+    (``--no-pathway`` skips it); its final count per region is checked against the workload's.
+
     Per update: the wall time of ``view.update(...)`` plus reading its output
     (``collect()``: one scan), the CPU seconds of the whole process tree over the same span
     (driver, JVM, Python workers: wall seconds are noisy on a shared machine), the
@@ -167,6 +172,90 @@ class BfsWorkload:
 
     def step(self, t: int) -> dict[str, pd.DataFrame]:
         return {"edges": self.by_time[t]}
+
+
+def _pathway_view_child(customers: int, orders: int, changes: int, updates: int, seed: int, conn: Any) -> None:
+    """Pathway's own incremental update of the ``view`` workload's query (in a process of its own):
+    one ``pw.io.python`` subject sends update ``i``'s changes (the same workload, same seed),
+    commits, and waits until the output's time ends (``on_time_end``); the seconds of each update
+    and the final count per region are sent back."""
+    import threading
+
+    import pathway as pw
+
+    work = ViewWorkload(customers, orders, changes, seed)
+
+    class Change(pw.Schema):
+        kind: int  # 0: an order, 1: a customer
+        order_id: int
+        customer_id: int
+        amount: int
+        region: str
+
+    done = threading.Event()
+    seconds: list[float | None] = []
+
+    class Subject(pw.io.python.ConnectorSubject):
+        _deletions_enabled = True  # retractions are sent as deletions of the rows sent before
+
+        def run(self) -> None:
+            for i in range(updates + 1):
+                batch = work.initial() if i == 0 else work.step(i)
+                started = time.perf_counter()
+                done.clear()
+                o, c = batch["orders"], batch["customers"]
+                for oid, cid, amount, d in zip(o.order_id.tolist(), o.customer_id.tolist(), o.amount.tolist(),
+                                               o["diff"].tolist()):
+                    (self.next if d > 0 else self.delete)(kind=0, order_id=oid, customer_id=cid, amount=amount,
+                                                          region="")
+                for cid, region, d in zip(c.customer_id.tolist(), c.region.tolist(), c["diff"].tolist()):
+                    (self.next if d > 0 else self.delete)(kind=1, order_id=-1, customer_id=cid, amount=0,
+                                                          region=region)
+                self.commit()
+                seconds.append(time.perf_counter() - started if done.wait(600) else None)
+
+    ch = pw.io.python.read(Subject(), schema=Change, autocommit_duration_ms=None)
+    od, cu = ch.filter(ch.kind == 0), ch.filter(ch.kind == 1)
+    joined = od.join(cu, od.customer_id == cu.customer_id).select(region=pw.right.region)
+    res = joined.groupby(joined.region).reduce(joined.region, count=pw.reducers.count())
+    counts: dict[str, int] = {}
+
+    def on_change(key: Any, row: dict[str, Any], time: int, is_addition: bool) -> None:
+        counts[row["region"]] = counts.get(row["region"], 0) + (row["count"] if is_addition else -row["count"])
+
+    pw.io.subscribe(res, on_change=on_change, on_time_end=lambda t: done.set())
+    pw.run(monitoring_level=pw.MonitoringLevel.NONE)
+    conn.send({"seconds": seconds, "counts": {k: v for k, v in counts.items() if v}})
+
+
+def pathway_view(customers: int, orders: int, changes: int, updates: int, seed: int,
+                 limit: float) -> dict[str, Any] | None:
+    """:func:`_pathway_view_child` in a spawned process: its result, ``{"error": ...}`` past
+    ``limit`` seconds, or ``None`` where Pathway is not installed."""
+    try:
+        import pathway  # noqa: F401
+    except ImportError:
+        return None
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_pathway_view_child, args=(customers, orders, changes, updates, seed, child))
+    p.start()
+    if not parent.poll(limit):
+        p.kill()
+        p.join()
+        return {"error": f"no answer within {limit:.0f} s"}
+    out: dict[str, Any] = parent.recv()
+    p.join()
+    return out
+
+
+def live_counts(work: ViewWorkload) -> dict[str, int]:
+    """The count per region of the workload's current orders (its state after the updates made)."""
+    regions = work.cust_region[work.order_cust[work.live]]
+    values, counts = np.unique(regions, return_counts=True)
+    return {f"r{v}": int(c) for v, c in zip(values, counts)}
 
 
 SCHEMAS = {
@@ -363,6 +452,30 @@ def summarize(name: str, rows: list[dict[str, Any]], window: int) -> dict[str, A
     return s
 
 
+def pathway_summary(peer: dict[str, Any], ours: dict[str, Any], want: dict[str, int], window: int) -> None:
+    """Pathway's per-update seconds over the summary's windows, beside ours (into ``ours``), printed."""
+    if "error" in peer:
+        ours["pathway_error"] = peer["error"]
+        log(f"Pathway: {peer['error']}")
+        return
+    secs = peer["seconds"]
+    last = len(secs) - 1
+
+    def mean(lo: int, hi: int) -> float | None:
+        vals = [x for i, x in enumerate(secs) if lo < i <= hi and x is not None]
+        return float(np.mean(vals)) if vals else None
+
+    ours["pathway_at_10"], ours["pathway_at_N"] = mean(10 - window, 10), mean(last - window, last)
+    ours["pathway_first"] = secs[0]
+    ours["pathway_exact"] = peer["counts"] == want
+    if ours["pathway_at_N"] and ours.get("per_update_at_N"):
+        ours["ours_vs_pathway_at_N"] = ours["per_update_at_N"] / ours["pathway_at_N"]
+    log(f"Pathway (pw.io.python, one commit an update, same changes): first update {secs[0]:.3f}s, per update at 10 "
+        f"{ours['pathway_at_10'] or 0:.4f}s, at N {ours['pathway_at_N'] or 0:.4f}s; ours / Pathway at N "
+        f"{ours.get('ours_vs_pathway_at_N', 0):.1f}x; its final counts per region equal the workload's: "
+        f"{ours['pathway_exact']}")
+
+
 def table(summaries: list[dict[str, Any]]) -> str:
     """The summaries as a Markdown table (wall and CPU seconds per update at 10 and at N, state, one-shot)."""
 
@@ -372,8 +485,9 @@ def table(summaries: list[dict[str, Any]]) -> str:
     lines = [
         "| workload | N | update@10 wall / CPU | update@100 wall / CPU | update@N wall / CPU | N/10 wall / CPU "
         "| N/100 wall / CPU | jobs@10 / @N | plain job@N (update ÷ plain) "
-        "| state@10 / @N (max after 10) | one-shot@N wall / CPU | one-shot ÷ update@N wall / CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| state@10 / @N (max after 10) | one-shot@N wall / CPU | one-shot ÷ update@N wall / CPU "
+        "| Pathway update@N (ours ÷ Pathway) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         lines.append(
@@ -388,7 +502,8 @@ def table(summaries: list[dict[str, Any]]) -> str:
             f"| {f(s['state_bytes_at_10'] / 1e6, '.2f')} / {f(s['state_bytes_at_N'] / 1e6, '.2f')} "
             f"({f(s['state_bytes_max_after_10'] / 1e6, '.2f')}) MB "
             f"| {f(s['oneshot_at_N'], '.2f', ' s')} / {f(s['oneshot_cpu_at_N'], '.2f', ' s')} "
-            f"| {f(s.get('oneshot_vs_update_at_N'), '.2f', 'x')} / {f(s.get('oneshot_vs_update_cpu_at_N'), '.2f', 'x')} |"
+            f"| {f(s.get('oneshot_vs_update_at_N'), '.2f', 'x')} / {f(s.get('oneshot_vs_update_cpu_at_N'), '.2f', 'x')} "
+            f"| {f(s.get('pathway_at_N'), '.3f', ' s')} ({f(s.get('ours_vs_pathway_at_N'), '.1f', 'x')}) |"
         )
     return "\n".join(lines)
 
@@ -426,6 +541,8 @@ def main() -> int:
                     "on the same data, interleaved), 1 or 2")
     ap.add_argument("--count-keys-only", action="store_true",
                     help="the view counts the joined rows' region column alone (select before dd_count)")
+    ap.add_argument("--no-pathway", action="store_true",
+                    help="skip Pathway's incremental update of the view workload (the peer, run after ours)")
     ap.add_argument("--window", type=int, default=8, help="updates averaged at 10 and at N (default 8: one merge each)")
     ap.add_argument("--progress", metavar="PATH", help="append each update's measurements to PATH as a JSON line")
     ap.add_argument("--summarize", metavar="PATH", help="only summarize the JSON lines of an earlier --progress file "
@@ -463,6 +580,11 @@ def main() -> int:
                                               args.progress).items():
                 summaries.append(summarize(name, rows, args.window))
                 all_rows[name] = rows
+            if workload == "view" and not args.no_pathway:
+                peer = pathway_view(args.customers, args.orders, args.changes, args.updates, args.seed,
+                                    args.time_limit or 1800.0)
+                if peer is not None:
+                    pathway_summary(peer, summaries[-1], live_counts(specs[0][1]), args.window)
     finally:
         if not args.keep_data and not args.data_dir:
             shutil.rmtree(root, ignore_errors=True)
