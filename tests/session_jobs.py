@@ -32,7 +32,10 @@ from oracle import Coll, Total, consolidate  # noqa: E402
 
 # join_count runs as one task (a small pipeline: spark_differential.intask.pipeline); join_count_by_operator
 # the same operator by operator (spark_differential.pipeline.localRows=0)
-JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked", "bfs_sliced", "bfs_keys")
+# view_join_count: the same join and count as an incremental view fed in three updates, each run
+# inside one task (spark_differential.incremental.onetask), which then also writes the version's files
+JOBS = ("join_count", "join_count_by_operator", "reduce", "bfs", "bfs_in_task", "bfs_chunked", "bfs_sliced", "bfs_keys",
+        "view_join_count")
 KEYS = ["case", "k"]
 LOCAL_ROWS = "spark_differential.iterate.localRows"
 PIPELINE_ROWS = "spark_differential.pipeline.localRows"
@@ -153,13 +156,29 @@ def _failed_attempts(spark: Any, job_ids: list[int]) -> int:
     return failed
 
 
+def _view_join_count(spark: Any, data: dict[str, Any]) -> list[tuple[tuple, Any, int]]:
+    """``a ⋈ b``, count per key, as an incremental view fed the inputs in three updates (times
+    below 3, below 6, the rest): every update's output, consolidated (the one-shot answer)."""
+    import spark_differential as sd
+
+    view = sd.incremental(tempfile.mkdtemp(prefix="sd-session-view-"),
+                          lambda a, b: a.dd_join(b, on=KEYS).dd_count(KEYS))
+    got: list[tuple[tuple, Any, int]] = []
+    for lo, hi in ((None, 3), (3, 6), (6, None)):
+        part = {n: Coll(data[n].cols, [u for u in data[n].updates if (lo is None or u[1] >= lo)
+                                       and (hi is None or u[1] < hi)]) for n in ("a", "b")}
+        got += rows_of(view.update(upto=hi if hi is not None else 1000,
+                                   **{n: to_df(spark, c, Total()) for n, c in part.items()}))
+    return consolidate(got)
+
+
 def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     """One job; its rows, the loop's log and the failed task attempts it caused."""
     from spark_differential.core.faults import FAIL_FIRST_ATTEMPT
     from spark_differential.core.jobs import count_jobs
 
     data = inputs()
-    kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked")
+    kernels_fail = name in ("join_count", "join_count_by_operator", "bfs", "bfs_chunked", "view_join_count")
     spark.conf.set(FAIL_FIRST_ATTEMPT, "true" if faults and kernels_fail else "false")
     spark.conf.set(LOCAL_ROWS, "1000000" if name in ("bfs_in_task", "bfs_sliced", "bfs_keys") else "0")
     # in slices of time, a task each (engine.chunks.Spread); in key partitions, a task each (intask.exchange)
@@ -169,7 +188,7 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
     spark.conf.set(CHUNK_ROWS, "8" if name == "bfs_chunked" else "auto")
     handler = _Log()
     marks = len(os.listdir(_MARKS))
-    loggers = [logging.getLogger("spark_differential.iterate"), logging.getLogger("spark_differential.fused")]
+    loggers = [logging.getLogger(f"spark_differential.{n}") for n in ("iterate", "fused", "incremental")]
     for logger in loggers:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
@@ -178,6 +197,8 @@ def run_job(spark: Any, name: str, faults: bool) -> dict[str, Any]:
             if name in ("join_count", "join_count_by_operator"):
                 a, b = to_df(spark, data["a"], Total()), to_df(spark, data["b"], Total())
                 rows = rows_of(a.dd_join(b, on=KEYS).dd_count(KEYS))
+            elif name == "view_join_count":
+                rows = _view_join_count(spark, data)
             elif name == "reduce":
                 c = to_df(spark, data["c"], Total())
                 rows = rows_of(c.dd_reduce(by=KEYS, func=_top2_func(faults), schema="x long"))

@@ -5,10 +5,12 @@
 * ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
   (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
   small pipeline, ``spark_differential.intask.pipeline``) and operator by operator, also with its
-  kernels failing their first attempt, and a BFS in slices of time; the BFS on local-cluster runs in
+  kernels failing their first attempt, a BFS in slices of time and in key partitions, and an
+  incremental view's updates each in one task; the BFS on local-cluster runs in
   ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
-  (in one task and operator by operator) and of a distributed BFS fails its first attempt (the test-only
+  (in one task and operator by operator), of a distributed BFS and of an incremental view's
+  one-task updates fails its first attempt (the test-only
   ``spark_differential.testing.failFirstAttempt``), a user ``dd_reduce`` function
   fails its first attempt in a reduction and inside a loop run in one task; the
   rows, and the loop's per-iteration change counts (observed metrics), are those of
@@ -53,7 +55,7 @@ FUSED = "runs inside one task"  # spark_differential.intask.pipeline's log line 
 def expected(job: str) -> Coll:
     """The oracle's answer to a job of ``tests/session_jobs.py``."""
     data, lat = inputs(), Total()
-    if job in ("join_count", "join_count_by_operator"):
+    if job in ("join_count", "join_count_by_operator", "view_join_count"):
         return ref_count(ref_join(data["a"], data["b"], KEYS, lat), KEYS, lat)
     if job == "reduce":
         return ref_reduce(data["c"], KEYS, lambda key, rows: [((v,), 1) for v in top2([d[0] for d, _ in rows])],
@@ -112,7 +114,8 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
 def test_retried_tasks_give_the_rows_of_runs_without_failures():
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
     out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
-                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys")
+                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys,"
+                   "view_join_count")
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -140,6 +143,10 @@ def test_retried_tasks_give_the_rows_of_runs_without_failures():
     assert any("slices of time, each inside a task" in m for m in out["bfs_sliced"]["faults"]["log"])
     # in key partitions: a barrier stage, retried whole when a task fails
     assert any("key partitions, a task each" in m for m in out["bfs_keys"]["faults"]["log"])
+    # an incremental view's every update inside one task, its kernels failing once: the retried
+    # task rewrites the version's files whole
+    view_log = [m for m in out["view_join_count"]["faults"]["log"] if "the update of the view" in m]
+    assert len(view_log) == 3 and all("runs inside one task" in m for m in view_log), view_log
 
 
 def test_the_fault_switch_reaches_the_gather_step(spark):
@@ -167,8 +174,8 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 def test_join_count_on_local_cluster_also_with_retried_tasks():
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced,bfs_keys",
-                   faults="join_count,join_count_by_operator")
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced,bfs_keys,"
+                   "view_join_count", faults="join_count,join_count_by_operator")
     for job, fused in (("join_count", True), ("join_count_by_operator", False)):
         runs = out[job]
         assert_updates_equal(updates(runs["plain"]), expected(job).updates)
@@ -183,6 +190,11 @@ def test_join_count_on_local_cluster_also_with_retried_tasks():
     keyed = out["bfs_keys"]["plain"]
     assert_updates_equal(updates(keyed), expected("bfs_keys").updates)
     assert any("in 2 key partitions, a task each" in m for m in keyed["log"]), keyed["log"]
+    # an incremental view's updates, each inside one task on an executor, which reads the stored
+    # traces and writes the version's files itself
+    view = out["view_join_count"]["plain"]
+    assert_updates_equal(updates(view), expected("view_join_count").updates)
+    assert sum("runs inside one task" in m for m in view["log"]) == 3, view["log"]
 
 
 @pytest.mark.connect
