@@ -43,7 +43,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import re
 import sys
@@ -60,10 +59,10 @@ from _workload import edge_sequence, edge_updates  # noqa: E402
 from common import (  # noqa: E402
     Measurement,
     Report,
-    TimeLimitExceeded,
     base_parser,
     finish,
     fmt_seconds,
+    in_process,
     log,
     make_spark,
     measure,
@@ -167,16 +166,7 @@ def _pathway_child(nodes: int, edges: int, changes: int, seed: int, batch: int, 
 
 
 def pathway_run(nodes: int, edges: int, changes: int, seed: int, batch: int, limit: float | None) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_pathway_child, args=(nodes, edges, changes, seed, batch, child))
-    p.start()
-    if not parent.poll(limit):
-        p.kill()
-        p.join()
-        raise TimeLimitExceeded(limit)
-    out = parent.recv()
-    p.join()
+    out: dict[str, Any] = in_process(_pathway_child, (nodes, edges, changes, seed, batch), limit)
     return out
 
 

@@ -127,6 +127,24 @@ class TimeLimitExceeded(Exception):
     """A peer was cancelled at the time limit."""
 
 
+def in_process(target: Callable[..., None], args: Sequence[Any], limit: float | None) -> Any:
+    """``target(*args, conn)`` in a spawned process (a peer engine kept apart from Spark): what it
+    sends on ``conn``; :class:`TimeLimitExceeded` (the process killed) past ``limit`` seconds."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=target, args=(*args, child))
+    p.start()
+    if not parent.poll(limit):
+        p.kill()
+        p.join()
+        raise TimeLimitExceeded(limit)
+    out = parent.recv()
+    p.join()
+    return out
+
+
 class _Background:
     """A daemon thread running ``_run`` while the ``with`` block runs (when ``_wanted``)."""
 

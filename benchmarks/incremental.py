@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from common import base_parser, log, make_spark
+from common import TimeLimitExceeded, base_parser, in_process, log, make_spark
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
@@ -236,18 +236,10 @@ def pathway_view(customers: int, orders: int, changes: int, updates: int, seed: 
         import pathway  # noqa: F401
     except ImportError:
         return None
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_pathway_view_child, args=(customers, orders, changes, updates, seed, child))
-    p.start()
-    if not parent.poll(limit):
-        p.kill()
-        p.join()
+    try:
+        out: dict[str, Any] = in_process(_pathway_view_child, (customers, orders, changes, updates, seed), limit)
+    except TimeLimitExceeded:
         return {"error": f"no answer within {limit:.0f} s"}
-    out: dict[str, Any] = parent.recv()
-    p.join()
     return out
 
 
