@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from common import TimeLimitExceeded, base_parser, in_process, log, make_spark
+from common import TimeLimitExceeded, base_parser, conf_arg, in_process, log, make_spark, spark_conf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 
@@ -519,7 +519,7 @@ def oneshot_table(by: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def main() -> int:
-    ap: argparse.ArgumentParser = base_parser(__doc__.splitlines()[0])
+    ap: argparse.ArgumentParser = conf_arg(base_parser(__doc__.splitlines()[0]))
     ap.add_argument("--updates", type=int, default=20, help="successive updates after the initial one (issue: 1000)")
     ap.add_argument("--changes", type=int, default=1000, help="changes per update (default 1000)")
     ap.add_argument("--workload", choices=["view", "bfs", "both"], default="both")
@@ -553,7 +553,7 @@ def main() -> int:
         return 0
     if args.updates < 10:
         ap.error("--updates must be at least 10 (the time after 10 updates is the reference)")
-    spark = make_spark(args, **{"spark.sql.shuffle.partitions": "4"})
+    spark = make_spark(args, **spark_conf(ap, args, **{"spark.sql.shuffle.partitions": "4"}))
     root = args.data_dir or tempfile.mkdtemp(prefix="sd-incremental-")
     summaries = []
     all_rows: dict[str, list[dict[str, Any]]] = {}
