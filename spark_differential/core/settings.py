@@ -107,10 +107,11 @@ def local_rows(spark: Any) -> int:
 
 
 def incremental_rows(spark: Any) -> int:
-    """Rows an incremental view's update may read, by Spark's estimate, to run inside one task
-    (its stored traces, the changes, the output held back; ``0``: never): by default the
-    default of ``localRows``."""
-    return _rows(spark, INCREMENTAL_ROWS, default_rows(spark))
+    """Rows an incremental view's update may read to run inside one task (its stored traces, the
+    changes, the output held back; ``0``: never): by default as many as one task of a loop in key
+    partitions holds, :data:`PARTITION_FACTOR` times the default of ``localRows`` (a view's task
+    holds each row once, where a loop's holds its iterations' updates)."""
+    return _rows(spark, INCREMENTAL_ROWS, PARTITION_FACTOR * default_rows(spark))
 
 
 def partition_rows(spark: Any) -> int:

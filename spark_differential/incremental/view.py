@@ -374,7 +374,7 @@ def incremental(
     makes a query the traced one cannot keep an :class:`IncrementalStateError`.  The
     strategy is fixed when the view is created.  A traced update that reads at most
     ``spark_differential.incremental.localRows`` rows (by Spark's estimate, no job; by
-    default as many as ``spark_differential.iterate.localRows``) runs whole inside one
+    default 3,000,000, and 7,500,000 on a local master) runs whole inside one
     Spark task, one job (:mod:`spark_differential.incremental.onetask`); a larger one runs
     operator by operator on the cluster; one INFO log line says which.
 
