@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import DIFF, TIME, checked, inspect
+from spark_differential.core.collection import DIFF, TIME, checked, inspect, integral_sql, quoted, sql_text
 from spark_differential.core.lattice import Antichain, Leaves, TimeType, Total
 from spark_differential.errors import (
     FrontierError,
@@ -173,18 +173,28 @@ def frontier_value(ttype: TimeType, frontier: Sequence[Leaves]) -> Any:
 
 
 def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:
-    """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update."""
-    msg = F.concat(
-        F.lit(f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "),
-        F.coalesce(F.col(TIME).cast("string"), F.lit("null")),  # never a null message
-        F.lit(
-            f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
-            "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
-            "frontier on."
-        ),
-    )
-    guarded = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg))
-    return df.withColumn(TIME, guarded)
+    """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update.
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.core.lattice import Total
+    >>> df = sd.session().createDataFrame([(1, 7, 1)], "x long, time long, diff long")
+    >>> late_guard("update", "a", df, Total(), [(5,)]).collect()
+    [Row(x=1, time=7, diff=1)]
+    """
+    before = f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "
+    after = (f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
+             "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
+             "frontier on.")
+    if integral_sql(ttype) is not None:  # SQL text: one selectExpr, not a few py4j round trips per Column
+        t = quoted(TIME)
+        inside = " OR ".join(f"{t} >= {int(f[0])}" for f in front) or "false"
+        msg = f"concat({sql_text(before)}, coalesce(CAST({t} AS STRING), 'null'), {sql_text(after)})"
+        guarded = f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END AS {t}"
+        return df.selectExpr(*[guarded if c == TIME else quoted(c) for c in df.columns])
+    msg_col = F.concat(F.lit(before), F.coalesce(F.col(TIME).cast("string"), F.lit("null")),  # never a null message
+                       F.lit(after))
+    guarded_col = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg_col))
+    return df.withColumn(TIME, guarded_col)
 
 
 def incoming(
