@@ -278,7 +278,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     except Untranslatable as e:
         log.info("%s runs distributed: its query cannot run inside one task (%s)", where, e)
         return None
-    if not _matches(program, operators, spark):
+    if not _matches(program, operators):
         return None  # the distributed path names what changed (traced.Run._check)
     state, ttype, directory = up.state, up.ttype, up.directory
     view_schema = check_output(up.op, result, ttype, state, up.where)
@@ -380,7 +380,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     )
 
 
-def _matches(program: QueryProgram, operators: Sequence[Operator], spark: Any) -> bool:
+def _matches(program: QueryProgram, operators: Sequence[Operator]) -> bool:
     """Whether the recorded query calls the stored operators, with the stored traces' columns."""
     steps = [s for s in program.steps if isinstance(s, Stateful)]
     if program.ops != tuple(o.op for o in operators) or len(steps) != len(operators):
