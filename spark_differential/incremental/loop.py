@@ -76,6 +76,7 @@ from spark_differential.core.names import SRC
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
+from spark_differential.incremental.store import wide_rows
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
@@ -301,17 +302,6 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     return dv
 
 
-def _wide(table: pa.Table, tag: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
-    """``table``'s rows as rows of the task's one output (``schema``: the kind column, then every
-    stored collection's physical columns, named with ``prefix``, by default ``tag``; the others null)."""
-
-    n = table.num_rows
-    mine = {f"_sd_{prefix or tag}_{j}": c for j, c in enumerate(table.columns)}  # storage.physical's names
-    arrays = [pa.array(np.full(n, tag, dtype=object), pa.string()) if f.name == KIND
-              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
-    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
-
-
 def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: Sequence[Leaves],
                    width: int) -> tuple[pa.Table, pa.Table]:
     """What a view's update whose query is one loop returns and holds back, from the loop's
@@ -364,7 +354,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             outputs = [("o", returned, "o"), ("p", kept, "o")]
         for t, rows, prefix in [*outputs, *[(t, r, None) for t, r in [*zip(tags, new_state), *zip(held_tags, held)]]]:
             if rows.num_rows:
-                yield from _wide(rows, t, schema, prefix).to_batches()
+                yield from wide_rows(rows, t, schema, prefix).to_batches()
 
     return run
 

@@ -41,7 +41,6 @@ from pyspark.sql import types as T
 
 from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, integral_sql
-from spark_differential.core.faults import fault_hook, faults_on
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
@@ -50,8 +49,8 @@ from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Store, parquet_files, read_local
-from spark_differential.intask.program import Concat, Stateful
+from spark_differential.incremental.store import Store, parquet_files, read_local, wide_rows
+from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
 from spark_differential.intask.sources import estimated_rows, tag_name, tag_source
@@ -207,17 +206,6 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
                                         names=schema.names), schema)
 
 
-def _wide(rows: pa.Table, kind: str, prefix: str, schema: pa.Schema) -> pa.Table:
-    """``rows`` as rows of the task's output (``schema``: the kind, then every collection's
-    columns as :func:`~spark_differential.incremental.storage.physical` names them with ``prefix``,
-    the others null)."""
-    n = rows.num_rows
-    mine = {f"_sd_{prefix}_{j}": c for j, c in enumerate(rows.columns)}
-    arrays = [pa.array(np.full(n, kind, dtype=object), pa.string()) if f.name == KIND
-              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
-    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
-
-
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
          sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
          schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -251,7 +239,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
                  *[(kinds[t], t, rows) for t, rows in merged.items()]]
         for kind, prefix, rows in parts:
             if rows.num_rows:
-                yield from _wide(rows, str(kind), prefix, schema).to_batches()
+                yield from wide_rows(rows, str(kind), schema, prefix).to_batches()
 
     return run
 
@@ -352,10 +340,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     sources = [arrow_schema(spark, T.StructType([*[up.schemas[nm][c] for c in cols[:-ttype.width - 1]],
                                                  *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
                for nm, cols in zip(program.names, program.columns)]
-    if faults_on(spark):  # the test-only switch failing every kernel's first attempt
-        program = dataclasses.replace(program, steps=tuple(
-            dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) if isinstance(st, Stateful) else st
-            for st in program.steps))
+    program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
               arrow_schema(spark, wide))
     out = union.coalesce(1).mapInArrow(fn, wide)

@@ -27,9 +27,11 @@ from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.files import Files
 from spark_differential.incremental.manifest import State
 from spark_differential.incremental.storage import KIND, part, physical, tagged
+from spark_differential.kernels.common import conform
 from spark_differential.trace.arrow import concat_tables
 from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
 
+np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
 pq = lazy("pyarrow.parquet")
@@ -227,6 +229,17 @@ def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Reco
     return run
 
 
+def wide_rows(rows: pa.Table, kind: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
+    """``rows`` (one stored collection's columns, in order) as rows of a task's one output
+    (``schema``: :data:`~.storage.KIND`, then every stored collection's columns as
+    :func:`~.storage.physical` names them with ``prefix``, by default ``kind``; the others null)."""
+    n = rows.num_rows
+    mine = {f"_sd_{prefix or kind}_{j}": c for j, c in enumerate(rows.columns)}
+    arrays = [pa.array(np.full(n, kind, dtype=object), pa.string()) if f.name == KIND
+              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
+    return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
+
+
 def _partition() -> int:
     from pyspark import TaskContext
 
@@ -234,4 +247,4 @@ def _partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "writer"]
+__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "wide_rows", "writer"]

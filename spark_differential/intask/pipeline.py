@@ -55,13 +55,12 @@ from pyspark.sql import types as T
 
 from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, TIME, CollectionSchema, integral_sql, qcols, quoted
-from spark_differential.core.faults import fault_hook, faults_on
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import SRC
 from spark_differential.core.session import is_connect
 from spark_differential.engine.call import Below, Handler, StatefulCall
 from spark_differential.engine.kernel_form import time_fields
-from spark_differential.intask.program import Stateful, StepInput
+from spark_differential.intask.program import Stateful, StepInput, fault_hooked
 from spark_differential.intask.record import KernelSchemas, translator_for
 from spark_differential.intask.relation import Relation, Untranslatable, leaves, quote
 from spark_differential.intask.sources import CONNECT_CACHED, CONNECT_HELD, HELD, held_rows, source_table, tag_source
@@ -378,9 +377,7 @@ def _dataframe(spark: Any, recipe: Remembered, pipeline: Pipeline, sources: Sequ
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     assert union is not None
     schema = T.StructType(recipe.answer_fields(pipeline.width))
-    if faults_on(spark):  # the test-only switch failing every kernel's first attempt
-        pipeline = dataclasses.replace(pipeline, steps=tuple(
-            dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) for st in pipeline.steps))
+    pipeline = dataclasses.replace(pipeline, steps=fault_hooked(spark, pipeline.steps))  # (a test-only switch)
     out = union.coalesce(1).mapInArrow(pipeline_task(pipeline, pipeline.out_schema), schema)
     data = list(pipeline.data)
     sql_type = integral_sql(ttype)

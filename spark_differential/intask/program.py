@@ -12,10 +12,12 @@ task.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from spark_differential.core.faults import fault_hook, faults_on
 from spark_differential.core.lazy import lazy
 from spark_differential.intask.relation import Relation
 
@@ -93,3 +95,12 @@ class Program:
     local_rows: int = 0  # an answer of at most this many rows (and LOCAL_RESULT_BYTES) comes back with the task's report
     parts: int = 0  # run in this many key partitions, a task each, exchanging their changes (0: one task)
     input_schema: Any = None  # (key partitions) the task's input rows' pa.Schema: a task may receive none
+
+
+def fault_hooked(spark: Any, steps: tuple[Stateful | Concat, ...]) -> tuple[Stateful | Concat, ...]:
+    """``steps`` with every stateful step's kernel failing its task's first attempt where the
+    test-only switch (:func:`spark_differential.core.faults.faults_on`) is set; else as they are."""
+    if not faults_on(spark):
+        return steps
+    return tuple(dataclasses.replace(st, kernel=fault_hook(spark, st.kernel, on=True)) if isinstance(st, Stateful)
+                 else st for st in steps)
