@@ -27,7 +27,9 @@ same inputs and gives the same change, so ``Δv_∞ = Δv_i``: the change of the
 fixed point, which the loop returns.  The new state is ``B'_i = B_i + D_i - D_{i-1}``
 (so that ``O'_i = O_i + D_i``), advanced to the new frontier and consolidated.
 Changes at times in the future of the new frontier are held back (stored with the
-traces, fed by the update whose frontier passes them: :func:`loop_update`).
+traces, fed by the update whose frontier passes them: :func:`loop_update`), and so are a
+step's output changes at those times (over a partial order the lub of complete times need
+not be complete: the body computes only at complete times, :class:`_Held`).
 
 Why that is exact at every time of interest: after ``advance`` each ``O_i`` accumulates
 to the true old input of iteration ``i`` at every time in the future of the frontier
@@ -97,16 +99,21 @@ IT = "_sd_it"  # the iteration a stored trace row entered its step at
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """One stored trace of a loop: input ``input`` of ``program.steps[step]``; its columns
-    (kernel names, time leaves, ``_d``, :data:`IT`)."""
+    """One stored trace of a loop: input ``input`` of ``program.steps[step]`` (its columns:
+    kernel names, time leaves, ``_d``, :data:`IT`), or with ``held``, the step's output changes
+    held back at times not complete yet (``input`` is then the step's number of inputs; the
+    columns: the body's names, time leaves, ``diff``, :data:`IT`)."""
 
     step: int
     input: int
     schema: Any  # pa.Schema
+    held: bool = False
 
 
 def specs(program: Any) -> list[Spec]:
-    """The stored traces of a recorded loop, in order: every input of every stateful step."""
+    """The stored traces of a recorded loop, in order: every input of every stateful step and,
+    over a partially ordered time (width above 1), the step's held-back output (:class:`_Held`;
+    over a total order no output is ever held back, so none is stored)."""
 
     out = []
     for s, step in enumerate(program.steps):
@@ -114,6 +121,9 @@ def specs(program: Any) -> list[Spec]:
             for k, inp in enumerate(step.inputs):
                 fields = [f for f in inp.schema if f.name != NEW]
                 out.append(Spec(s, k, pa.schema([*fields, pa.field(IT, pa.int64(), False)])))
+            if program.width > 1:
+                named = user_named(step, step.out_schema.empty_table()).schema
+                out.append(Spec(s, len(step.inputs), pa.schema([*named, pa.field(IT, pa.int64(), False)]), True))
     return out
 
 
@@ -182,33 +192,112 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
         due.append(src.filter(pa.array(~mask)) if mask.any() else src)
     stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
     last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
-    # the new state's rows, for every input of every stateful step
-    pieces: dict[tuple[int, int], list[pa.Table]] = {
-        (s, k): [] for s, step in enumerate(steps) if isinstance(step, Stateful) for k in range(len(step.inputs))}
+    # the new state's rows, for every input of every stateful step (and its held-back output)
+    pieces: dict[tuple[int, int], list[pa.Table]] = {(sp.step, sp.input): [] for sp in spec_list}
+    holding = _Held(ttype, frontier, program.width, {sp.step: (sp.step, sp.input) for sp in spec_list if sp.held},
+                    stored, pieces)
     if last == -1:
-        dv = _first(program, steps, due, pieces)
+        dv = _first(program, steps, due, pieces, holding)
     else:
-        dv = _resumed(program, steps, due, stored, last, pieces)
+        dv = _resumed(program, steps, due, stored, last, pieces, holding)
     new_state = []
     for sp in spec_list:
         parts = pieces[(sp.step, sp.input)]
         table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
-        leaf_cols = times(program.width)
-        new_state.append(conform(consolidated(table, [c for c in table.column_names if c != D], D, ttype, frontier,
-                                              leaf_cols), sp.schema))
+        diff, leaf_cols = (DIFF, leaves(program.width)) if sp.held else (D, times(program.width))
+        new_state.append(conform(consolidated(table, [c for c in table.column_names if c != diff], diff, ttype,
+                                              frontier, leaf_cols), sp.schema))
     return dv, new_state, held
 
 
-def _piece(table: pa.Table, i: int, negate: bool = False) -> pa.Table:
-    """A step input's kernel rows (``_new`` dropped) as rows of its stored trace at iteration ``i``."""
+class _Held:
+    """The output changes of a loop's stateful steps at times **not complete yet** (in the future
+    of the view's new frontier), held back: the rest of the body never sees them in this update.
+
+    Why.  Over a partial order the lub of two complete times can be incomplete (with the
+    frontier ``{(1, 1)}``, ``(1, 0)`` and ``(0, 1)`` are complete, their lub is not), and a
+    kernel computes at the lubs of its input's times.  There the input accumulates only the
+    changes delivered so far, which need not be a physical collection (an edge retracted at
+    ``(1, 0)`` and at ``(0, 1)`` and inserted again at ``(1, 1)``, that insertion not yet
+    delivered, has multiplicity -1 at ``(1, 1)``), and a loop fed such a collection need not
+    reach a fixed point.  Differential dataflow computes only at complete times, holding
+    pending times per key until the frontier passes them; this is that rule, per step and
+    iteration: a step's output change goes on only at complete times, and the rest is stored
+    with the loop's traces (``P_i``, the step's held-back output at iteration ``i``, as
+    per-iteration changes) and released by the update whose frontier completes its times.
+
+    Why it is exact.  Write ``Y_i`` for a step's output at iteration ``i`` as its kernel computes
+    it from the inputs the body passed on (complete times only), ``C`` for keeping the changes
+    at times complete at the new frontier and ``C0`` at the old one (``C0`` keeps a subset of
+    what ``C`` keeps: frontiers only advance).  The body went on with ``C0[Y_i]`` and holds
+    ``P_i = Y_i - C0[Y_i]``.  An update changes ``Y_i`` by ``out`` (``F(O_i + D_i) - F(O_i)``);
+    the body must now go on with ``C[Y_i + out]``, so its change is ``C[Y_i + out] - C0[Y_i] =
+    C[out + P_i]`` (``C[C0[Y]] = C0[Y]``), and the new held-back output is ``(out + P_i) -
+    C[out + P_i]``.  Every input of every step thus accumulates to its true value at every
+    complete time (a complete time's lower times are all complete), the only times the body
+    computes on, so every collection it sees there is physical.  Over a total order the lub of
+    complete times is complete: nothing is ever held back."""
+
+    def __init__(self, ttype: TimeType, frontier: Sequence[Leaves], width: int, keys: dict[int, tuple[int, int]],
+                 stored: dict[tuple[int, int], dict[int, pa.Table]], pieces: dict[tuple[int, int], list[pa.Table]]
+                 ) -> None:
+        self.ttype, self.frontier, self.width = ttype, frontier, width
+        self.keys, self.stored, self.pieces = keys, stored, pieces
+        self.old: dict[int, pa.Table] = {}  # P_i, the held-back output stored, at the current iteration
+        self.prev: dict[int, pa.Table] = {}  # the new held-back output at the last iteration
+
+    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """``table``'s rows at complete times and the others."""
+        mask = _early(table, self.ttype, self.frontier, self.width)
+        if not mask.any():
+            return table, table.slice(0, 0)
+        return table.filter(pa.array(~mask)), table.filter(pa.array(mask))
+
+    def first(self, s: int, i: int, out: pa.Table) -> pa.Table:
+        """For a first update, run semi-naively: ``out`` is ``Y_i - Y_{i-1}`` (the step's change
+        from the last iteration), whose rows at incomplete times are ``P_i - P_{i-1}``, the stored
+        per-iteration change itself."""
+        key = self.keys.get(s)
+        if key is None:
+            return out
+        done, held = self._split(out)
+        if held.num_rows:
+            self.pieces[key].append(_piece(held, i))
+        return done
+
+    def resumed(self, s: int, i: int, out: pa.Table) -> pa.Table:
+        """For an update against a stored state: ``out`` is the change of ``Y_i``; returns
+        ``C[out + P_i]`` and stores the new ``P_i`` as the change from iteration ``i - 1``."""
+        key = self.keys.get(s)
+        if key is None:
+            return out
+        stored = self.stored[key].get(i)
+        if stored is not None and stored.num_rows:
+            stored = conform(stored, out.schema)
+            self.old[s] = stored if s not in self.old else pa.concat_tables([self.old[s], stored])
+        old = self.old.get(s)
+        both = out if old is None else consolidated(pa.concat_tables([out, old]), out.column_names[:-1])
+        done, held = self._split(both)
+        prev = self.prev.get(s)
+        if held.num_rows:
+            self.pieces[key].append(_piece(held, i))
+        if prev is not None and prev.num_rows:
+            self.pieces[key].append(_piece(prev, i, negate=True, diff=DIFF))
+        self.prev[s] = held
+        return done
+
+
+def _piece(table: pa.Table, i: int, negate: bool = False, diff: str = D) -> pa.Table:
+    """A step input's kernel rows (``_new`` dropped; or a step's held-back output, whose
+    multiplicity is ``diff``) as rows of its stored trace at iteration ``i``."""
 
     rows = table.drop_columns([NEW]) if NEW in table.column_names else table
-    rows = _negated(rows, D) if negate else rows
+    rows = _negated(rows, diff) if negate else rows
     return rows.append_column(IT, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
 
 
 def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
-           pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
+           pieces: dict[tuple[int, int], list[pa.Table]], holding: _Held) -> pa.Table:
     """A loop's update over an empty stored state (a view's first update), **semi-naively**: the
     in-task loop (:func:`spark_differential.intask.iteration.run_loop`, no time chunks) over the changes,
     each iteration feeding its steps only the loop variable's change, and the new updates every
@@ -232,7 +321,7 @@ def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     def record(s: int, k: int, i: int, rows: pa.Table) -> None:
         pieces[(s, k)].append(_piece(rows, i))
 
-    result, history = run_loop(program, steps, sources, record)
+    result, history = run_loop(program, steps, sources, record, hold=holding.first)
     if history[-1]:  # max_iterations stopped the loop
         raise IterationLimitExceeded.of(program.max_iterations, len(history), history[-1])
     return conform(consolidated(result, program.roots.names[:-1]), program.roots)
@@ -240,7 +329,7 @@ def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
 
 def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
              stored: dict[tuple[int, int], dict[int, pa.Table]], last: int,
-             pieces: dict[tuple[int, int], list[pa.Table]]) -> pa.Table:
+             pieces: dict[tuple[int, int], list[pa.Table]], holding: _Held) -> pa.Table:
     """A loop's update against a stored state (``stored``: each step input's rows by iteration,
     ``last`` its last iteration), as the module docstring says: each iteration's steps over the
     accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
@@ -291,7 +380,7 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
                 sides = [concat_tables([traces[(s, k)].touching(present), new], inp.schema)
                          for k, (inp, new) in enumerate(zip(step.inputs, news))]
                 out = conform(step.kernel(step.params, *sides), step.out_schema)
-            tables[step.name] = user_named(step, out)
+            tables[step.name] = holding.resumed(s, i, user_named(step, out))
         nxt = conform(consolidated(relation_rows(program.output, tables).rename_columns(cols), cols[:-1]), program.roots)
         if i + 1 > last and _same(nxt, dv):
             break

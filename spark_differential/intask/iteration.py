@@ -138,7 +138,8 @@ def stream(program: Program, sources: Sequence[pa.Table], exchange: Exchange | N
 
 def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequence[pa.Table],
              record: Callable[[int, int, int, pa.Table], None] | None = None,
-             exchange: Exchange | None = None, clock: list[float] | None = None) -> tuple[pa.Table, list[int]]:
+             exchange: Exchange | None = None, clock: list[float] | None = None,
+             hold: Callable[[int, int, pa.Table], pa.Table] | None = None) -> tuple[pa.Table, list[int]]:
     """Iterate ``steps`` from the sources to the fixed point: ``(the loop's updates, not
     consolidated (chunked form when the steps are chunked), changes per iteration)``; the
     result is empty, and the last count nonzero, when ``max_iterations`` stopped the loop.
@@ -146,6 +147,9 @@ def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequ
     ``record`` (when given) is called as ``record(step, input, iteration, rows)`` with the
     new updates every input of every stateful step (``steps[step]``) receives at every
     iteration (:func:`run_step`): what a view's loop stores (:mod:`spark_differential.incremental.loop`).
+    ``hold`` (when given) is called as ``hold(step, iteration, output)`` with every stateful
+    step's output change (user names) and returns the part the rest of the body sees (a view's
+    loop holds back the rows at times not yet complete).
 
     ``exchange`` (key partitions; the sources already placed by their data): every stateful
     step's new updates go to the tasks owning their keys, each iteration's change to the
@@ -168,6 +172,8 @@ def run_loop(program: Program, steps: Sequence[Stateful | Concat], sources: Sequ
             if isinstance(step, Stateful):
                 hook = None if record is None else (lambda k, rows, s=s, i=i: record(s, k, i, rows))
                 tables[step.name] = run_step(step, tables, sources, traces[step.name], i, settled, hook, exchange)
+                if hold is not None:
+                    tables[step.name] = hold(s, i, tables[step.name])
             else:
                 tables[step.name] = run_concat(step, tables, sources, i)
         out = conform(relation_rows(program.output, tables).rename_columns(cols), program.roots)
