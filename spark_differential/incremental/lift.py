@@ -134,23 +134,54 @@ def lift(df: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFram
     data = [c for c in df.columns if c not in (TIME, DIFF)]
     enc, leaves = _encoded(df, data, ttype)
     inside = _in_future(ttype, leaves, frontier)
-    kept = enc.where(inside)
-    coeffs = upset_coefficients(ttype, frontier)
+    both = enc.where(inside).unionByName(_moved(enc.where(~inside), data, leaves, ttype, frontier))
+    summed = both.groupBy(*data, *leaves).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
+    return summed.select(*data, ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)
+
+
+def _moved(enc: DataFrame, data: Sequence[str], leaves: Sequence[str], ttype: TimeType,
+           frontier: Sequence[Leaves]) -> DataFrame:
+    """Encoded rows (none in the future of ``frontier``) replaced by the rows that accumulate as
+    they do in that future (:func:`lift`'s inclusion-exclusion), not consolidated."""
     choices = [
         F.struct(
             *[F.expr(e).alias(n) for e, n in zip(ttype.sql_join(leaves, [str(int(x)) for x in j]), leaves)],
             F.lit(c).cast("long").alias("_sd_c"),
         )
-        for j, c in coeffs
+        for j, c in upset_coefficients(ttype, frontier)
     ]
-    moved = (
-        enc.where(~inside)
-        .select(*data, F.explode(F.array(*choices)).alias("_sd_j"), DIFF)
+    return (
+        enc.select(*data, F.explode(F.array(*choices)).alias("_sd_j"), DIFF)
         .select(*data, *[F.col(f"_sd_j.{n}").alias(n) for n in leaves], (F.col(DIFF) * F.col("_sd_j._sd_c")).alias(DIFF))
     )
-    both = kept.unionByName(moved)
-    summed = both.groupBy(*data, *leaves).agg(F.sum(DIFF).cast("long").alias(DIFF)).where(F.col(DIFF) != 0)
-    return summed.select(*data, ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)
 
 
-__all__ = ["in_future", "lift", "lift_updates", "upset_coefficients"]
+def complete_part(df: DataFrame, ttype: TimeType, frontier: Sequence[Leaves]) -> DataFrame:
+    """``df`` at the times not in the future of ``frontier`` (the complete ones) and **empty** at
+    every time in that future: its rows at complete times, and the negation of their
+    :func:`lift` (not consolidated: no shuffle).  It accumulates as ``df`` does at every complete
+    time (those rows are the same, and every lower time of a complete time is complete) and to
+    nothing at every other, so a computation over it is exact at complete times and, at the
+    others, sees empty collections, never the partial accumulation of updates delivered so far
+    (over a partial order the lub of complete times need not be complete, and the updates
+    there need not have arrived: an edge retracted at ``(1, 0)`` and ``(0, 1)`` and inserted again
+    at ``(1, 1)`` has multiplicity -1 at ``(1, 1)`` until that insertion comes, over which a loop
+    need not reach a fixed point).
+
+    >>> import spark_differential as sd
+    >>> from spark_differential.core.lattice import Product, Total
+    >>> p = Product((("a", Total()), ("b", Total())))
+    >>> c = sd.session().createDataFrame([("e", (1, 0), -1), ("e", (0, 1), -1), ("e", (1, 1), 1)],
+    ...                                  "x string, time struct<a: long, b: long>, diff long")
+    >>> sorted((r.time.a, r.time.b, r.diff) for r in complete_part(c, p, [(1, 1)]).collect())  # 0 at (1, 1)
+    [(0, 1, -1), (1, 0, -1), (1, 1, 1), (1, 1, 1)]
+    """
+    data = [c for c in df.columns if c not in (TIME, DIFF)]
+    enc, leaves = _encoded(df, data, ttype)
+    done = enc.where(~_in_future(ttype, leaves, frontier))
+    back = _moved(done, data, leaves, ttype, frontier).withColumn(DIFF, -F.col(DIFF))
+    both = done.unionByName(back)
+    return both.select(*data, ttype.decode_columns([F.col(n) for n in leaves]).alias(TIME), DIFF)
+
+
+__all__ = ["complete_part", "in_future", "lift", "lift_updates", "upset_coefficients"]
