@@ -437,7 +437,8 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, caplog, stage:
     and totals): 12 jobs.
 
     Stage 2 in one task (the default for an update this small): one job, merges included
-    (:mod:`spark_differential.incremental.onetask`).
+    (:mod:`spark_differential.incremental.onetask`), and reading what it returns is no job
+    (the rows come back with that job's result); elsewhere reading it is one job (a scan).
     """
 
     def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
@@ -448,20 +449,22 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, caplog, stage:
     orders = [(j, rng.randrange(6), 0, 1) for j in range(20)]
     customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
     view = sd.incremental(str(tmp_path / "v"), per_region, compact_every=3, stage=stage)
-    jobs, got = [], []
+    jobs, got, reads = [], [], []
     with update_path(spark, where, caplog if where else None):
         for i in range(5):
-            _one_update(spark, view, rng, i, orders, customers, o_schema, c_schema, jobs, got)
+            _one_update(spark, view, rng, i, orders, customers, o_schema, c_schema, jobs, got, reads)
     want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
     assert want and sorted(consolidate(got)) == sorted(want)
     # the fourth update (3 stored deltas + 1 new > compact_every) also merges the state
     assert stage_of(tmp_path / "v") == stage
     assert jobs == {"": [5, 5, 5, 8, 5], "distributed": [8, 8, 8, 12, 8], "one_task": [1] * 5}[where], jobs
+    assert reads == [0 if where == "one_task" else 1] * 5, reads
 
 
 def _one_update(spark: Any, view: Any, rng: random.Random, i: int, orders: list, customers: list, o_schema: str,
-                c_schema: str, jobs: list, got: list) -> None:
-    """Update ``i`` of the join + count view of the test above: its jobs and output appended."""
+                c_schema: str, jobs: list, got: list, reads: list | None = None) -> None:
+    """Update ``i`` of the join + count view of the test above: its jobs, output and (``reads``)
+    the jobs reading the output appended."""
     from spark_differential.core.jobs import count_jobs
 
     if i > 0:  # an order moves to another customer, a customer to another region
@@ -479,7 +482,10 @@ def _one_update(spark: Any, view: Any, rng: random.Random, i: int, orders: list,
     with count_jobs(spark) as counted:
         out = view.update(upto=i + 1, orders=o, customers=c_df)
     jobs.append(counted.jobs)
-    got += rows_of(out)
+    with count_jobs(spark) as counted:
+        got += rows_of(out)
+    if reads is not None:
+        reads.append(counted.jobs)
 
 
 def test_late_updates_error_or_advance(spark, tmp_path) -> None:

@@ -38,3 +38,22 @@ def test_the_writer_stores_each_kind_once_and_read_local_reads_it_back(tmp_path)
     # each kind holds its own columns only, in one file
     assert all(len(parquet_files(f"{target}/_sd_kind={k}")) == 1 for k in kinds)
     assert pq.read_table(parquet_files(f"{target}/_sd_kind=s0_0")[0]).column_names == ["_sd_s0_0_0", "_sd_s0_0_1"]
+
+
+def test_the_writer_returns_the_output_rows_it_wrote_and_only_those(tmp_path, monkeypatch) -> None:
+    """The output an update returns (kind ``o``) comes back with the writer's result as an Arrow
+    IPC stream, equal to the file written, so the driver returns it without a job; other kinds,
+    and an output over ``INLINE_BYTES``, come back as their kind only."""
+    from spark_differential.incremental import store
+
+    target = str(tmp_path / "data")
+    (result,) = list(writer(target)(iter([_batch()])))
+    blobs = dict(zip(result.column(0).to_pylist(), result.column(1).to_pylist()))
+    assert sorted(blobs) == ["o", "p", "s0_0", "s0_0c"]
+    assert all(blobs[k] is None for k in ("p", "s0_0", "s0_0c"))
+    back = pa.ipc.open_stream(blobs["o"]).read_all()
+    assert back.equals(pq.read_table(parquet_files(f"{target}/_sd_kind=o")[0]))
+    assert back.to_pylist() == [{"_sd_o_0": "a", "_sd_o_1": 1}, {"_sd_o_0": "c", "_sd_o_1": 3}]
+    monkeypatch.setattr(store, "INLINE_BYTES", 8)
+    (result,) = list(writer(str(tmp_path / "big"))(iter([_batch()])))
+    assert result.column(1).null_count == result.num_rows

@@ -60,15 +60,20 @@ def client_local_path(spark: Any, root: str) -> str:
 class Files:
     """The few file operations the state needs, on the filesystem Spark resolves ``root`` with.
 
-    Classic sessions go through Hadoop's ``FileSystem`` (so HDFS, S3A, ABFS… work as
-    they do for Spark's own reads and writes); Spark Connect sessions, which have no
-    JVM on the client, use the local filesystem.
+    Classic sessions resolve it with Hadoop's ``FileSystem`` (so HDFS, S3A, ABFS… work as
+    they do for Spark's own reads and writes); Spark Connect sessions, which have no JVM on
+    the client, use the local filesystem.  When Hadoop resolves the root to the local
+    filesystem, the operations go through Python's ``os`` too (a py4j round trip costs about
+    a millisecond, and an update makes dozens): the same files, listed as Hadoop lists them
+    (its checksum files, ``.<name>.crc``, left out).
 
     >>> import spark_differential as sd, tempfile
     >>> files = Files(sd.session(), tempfile.mkdtemp())
     >>> files.write_text_atomic(files.join("m.json"), "{}")
     >>> files.exists(files.join("m.json")), files.read_text(files.join("m.json"))
     (True, '{}')
+    >>> files.local_root() is not None
+    True
     """
 
     def __init__(self, spark: SparkSession, root: str) -> None:
@@ -78,14 +83,18 @@ class Files:
             jsc = spark._jsc  # type: ignore[attr-defined]
         except Exception:
             jvm = None
+        self._local_root: str | None
         if jvm is not None:
             self._jvm = jvm
             self._conf = jsc.hadoopConfiguration()
             p = jvm.org.apache.hadoop.fs.Path(root)
             self._fs = p.getFileSystem(self._conf)
             self.root = str(self._fs.makeQualified(p).toString()).rstrip("/")
+            local = str(self._fs.getUri().getScheme()) == "file"
+            self._local_root = str(self._path(self.root).toUri().getPath()).rstrip("/") if local else None
         else:
             self.root = os.path.abspath(client_local_path(spark, root))
+            self._local_root = self.root
 
     def join(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -93,27 +102,47 @@ class Files:
     def _path(self, p: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(p)
 
+    def local_root(self) -> str | None:
+        """The root as a path of this machine when the filesystem is the local one (``None``:
+        another one, such as HDFS or S3A)."""
+        return self._local_root
+
+    def _local(self, p: str) -> str | None:
+        """``p`` (the root or a path under it, as :meth:`join` makes them) as a path of this machine
+        when the filesystem is the local one (``None``: another one)."""
+        if self._local_root is None:
+            return None
+        if p == self.root or p.startswith(self.root + "/"):
+            return self._local_root + p[len(self.root):]
+        return str(self._path(p).toUri().getPath()) if self._jvm is not None else p
+
     def exists(self, p: str) -> bool:
-        if self._jvm is None:
-            return os.path.exists(p)
+        local = self._local(p)
+        if local is not None:
+            return os.path.exists(local)
         return bool(self._fs.exists(self._path(p)))
 
     def listdir(self, p: str) -> list[str]:
+        local = self._local(p)
+        if local is not None:
+            if not os.path.isdir(local):
+                return [os.path.basename(local)] if os.path.exists(local) else []
+            return sorted(n for n in os.listdir(local) if not (n.startswith(".") and n.endswith(".crc")))
         if not self.exists(p):
             return []
-        if self._jvm is None:
-            return sorted(os.listdir(p))
         return sorted(str(s.getPath().getName()) for s in self._fs.listStatus(self._path(p)))
 
     def mkdirs(self, p: str) -> None:
-        if self._jvm is None:
-            os.makedirs(p, exist_ok=True)
+        local = self._local(p)
+        if local is not None:
+            os.makedirs(local, exist_ok=True)
         else:
             self._fs.mkdirs(self._path(p))
 
     def read_text(self, p: str) -> str:
-        if self._jvm is None:
-            with open(p, encoding="utf-8") as fh:
+        local = self._local(p)
+        if local is not None:
+            with open(local, encoding="utf-8") as fh:
                 return fh.read()
         stream = self._fs.open(self._path(p))
         try:
@@ -121,21 +150,6 @@ class Files:
         finally:
             stream.close()
         return bytes(data).decode("utf-8")
-
-    def local_root(self) -> str | None:
-        """The root as a path of this machine when the filesystem is the local one (``None``:
-        another one, such as HDFS or S3A), found once."""
-        if not hasattr(self, "_local_root"):
-            self._local_root = self._local(self.root)
-        return self._local_root
-
-    def _local(self, p: str) -> str | None:
-        """``p`` as a path of this machine when the filesystem is the local one (``None``: another one)."""
-        if self._jvm is None:
-            return p
-        if str(self._fs.getUri().getScheme()) == "file":
-            return str(self._path(p).toUri().getPath())
-        return None
 
     def create_exclusive(self, p: str, text: str) -> bool:
         """Create the file ``p`` holding ``text`` unless it exists (then ``False``), in one step
@@ -201,19 +215,26 @@ class Files:
             )
 
     def size(self, p: str) -> int:
-        """Bytes of the files under ``p`` (a file or a directory)."""
-        if self._jvm is None:
-            if os.path.isfile(p):
-                return os.path.getsize(p)
-            return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
+        """Bytes of the files under ``p`` (a file or a directory; checksum files left out)."""
+        local = self._local(p)
+        if local is not None:
+            if os.path.isfile(local):
+                return os.path.getsize(local)
+            return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(local) for f in fs
+                       if not (f.startswith(".") and f.endswith(".crc")))
         return int(self._fs.getContentSummary(self._path(p)).getLength())
 
     def delete(self, p: str) -> None:
-        if self._jvm is None:
-            if os.path.isdir(p):
-                shutil.rmtree(p, ignore_errors=True)
-            elif os.path.exists(p):
-                os.remove(p)
+        local = self._local(p)
+        if local is not None:
+            if os.path.isdir(local):
+                shutil.rmtree(local, ignore_errors=True)
+            elif os.path.exists(local):
+                os.remove(local)
+                d, name = os.path.split(local)
+                crc = os.path.join(d, f".{name}.crc")  # Hadoop's checksum of a file it wrote
+                if os.path.exists(crc):
+                    os.remove(crc)
             return
         self._fs.delete(self._path(p), True)
 

@@ -37,6 +37,10 @@ pc = lazy("pyarrow.compute")
 pq = lazy("pyarrow.parquet")
 
 MANIFESTS = "_manifests"
+INLINE = "_sd_rows"  # a one-task write's result: the rows of a kind it wrote, as an Arrow IPC stream
+# the output an update returns comes back with its one-task write's result when at most this big (Arrow bytes)
+INLINE_BYTES = 8 << 20
+INLINE_KINDS = ("o",)
 MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 
@@ -59,6 +63,8 @@ class Store:
         self.spark = spark
         self.files = Files(spark, path)
         self.root = self.files.root
+        # the rows of directories this store's one-task writes wrote, got back with the write's result (writer)
+        self.inlined: dict[str, pa.Table] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def manifests(self) -> list[tuple[int, str]]:
@@ -95,8 +101,14 @@ class Store:
         return df.select(*[F.col(p).alias(f.name) for p, f in zip(names, schema.fields)])
 
     def output(self, state: State, present: bool = True) -> DataFrame:
-        """What the update that committed ``state`` returned (``present``: it stored rows)."""
-        return self.read([state.output_file] if present else [], state.output, "o")
+        """What the update that committed ``state`` returned (``present``: it stored rows): read from
+        its files, or, when this store's one-task write got those rows back with its result
+        (:func:`writer`), a DataFrame of them, which reading costs no Spark job."""
+        rows = self.inlined.get(state.output_file) if present else None
+        if rows is None:
+            return self.read([state.output_file] if present else [], state.output, "o")
+        table = rows.select(physical("o", state.output)).rename_columns(state.output.names)
+        return self.spark.createDataFrame(table, schema=state.output)
 
     def size(self, rel: str) -> int:
         """Bytes of a stored directory (relative to the root)."""
@@ -125,8 +137,12 @@ class Store:
         returns the kinds written, no job commit), else Spark's writer does."""
         root = self.files.local_root() if one_task else None
         if root is not None:
-            rows = wide.mapInArrow(writer(f"{root}/{subdir}"), f"{KIND} string").collect()
-            return {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
+            rows = wide.mapInArrow(writer(f"{root}/{subdir}"), f"{KIND} string, {INLINE} binary").collect()
+            written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
+            for r in rows:
+                if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
+                    self.inlined[written[str(r[KIND])]] = pa.ipc.open_stream(bytes(r[INLINE])).read_all()
+            return written
         wide.write.partitionBy(KIND).parquet(self.files.join(subdir))
         prefix = f"{KIND}="
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
@@ -203,7 +219,9 @@ def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Reco
     collection's columns named by its prefix) go to one Parquet file per kind and task,
     ``target/_sd_kind=<kind>/part-<task's partition>.parquet``, as Spark's partitioned write lays
     them out (written under a temporary name and renamed, so a retried task replaces its file
-    whole); it yields the kinds written."""
+    whole); it yields the kinds written (:data:`~.storage.KIND`) and, for the output an update
+    returns (:data:`INLINE_KINDS`) when at most :data:`INLINE_BYTES`, its rows as an Arrow IPC
+    stream (:data:`INLINE`): the driver then returns them without reading the files back."""
 
     def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
         return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
@@ -216,15 +234,25 @@ def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Reco
             for kind in pc.unique(kind_col).to_pylist():
                 mine = [c for c in table.column_names if c.startswith(f"_sd_{prefix(kind)}_")]
                 parts.setdefault(kind, []).append(table.filter(pc.equal(kind_col, kind)).select(mine))
+        blobs: list[bytes | None] = []
         for kind, tables in parts.items():
             directory = os.path.join(target, f"{KIND}={kind}")
             os.makedirs(directory, exist_ok=True)
             name = f"part-{_partition():05d}.parquet"
             tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-            pq.write_table(pa.concat_tables(tables), tmp)
+            table = pa.concat_tables(tables)
+            pq.write_table(table, tmp)
             os.replace(tmp, os.path.join(directory, name))
+            blob = None
+            if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema) as out:
+                    out.write_table(table)
+                blob = sink.getvalue().to_pybytes()
+            blobs.append(blob)
         if parts:
-            yield pa.RecordBatch.from_pydict({KIND: list(parts)}, schema=pa.schema([(KIND, pa.string())]))
+            yield pa.RecordBatch.from_arrays([pa.array(list(parts), pa.string()), pa.array(blobs, pa.binary())],
+                                             schema=pa.schema([(KIND, pa.string()), (INLINE, pa.binary())]))
 
     return run
 
