@@ -94,8 +94,11 @@ def next_frontier(coll: DataFrame, frontier: Callable[[], Sequence[Leaves] | Non
             f"foreach_batch: with {ttype.describe()} times there is no 'largest time + 1'; pass "
             "upto=lambda batch_df, batch_id: <the new frontier, a list of times>"
         )
-    top = coll.select(F.max(ttype.encode_column(F.col(TIME))[0])).first()
-    if top is None or top[0] is None:
+    # coalesce(1): the max in one task, one job (an aggregate over several partitions is a shuffle and,
+    # with adaptive execution, a job per stage; first() on the cached batch would add one); a micro-batch is
+    # small, and the cache is filled whole
+    (top,) = coll.coalesce(1).select(F.max(ttype.encode_column(F.col(TIME))[0])).collect()
+    if top[0] is None:
         return None
     nxt = int(top[0]) + 1
     front = frontier()
