@@ -17,7 +17,9 @@ order on Arrow tables (:func:`update_tables`), merges the traces the view's merg
 asks for (advanced to the new frontier and consolidated, as the distributed merge), and
 returns every collection the version stores.  A projection on its way to the version's
 one Parquet write gives the traces' rows their key bucket (Spark's hash of the key,
-as the distributed path wrote it) and the output its time type: **one Spark job**.
+as the distributed path wrote it) and the output its time type: **one Spark job**.  On
+this machine's filesystem the writing task also sends back the rows the update returns
+(:func:`~spark_differential.incremental.store.writer`), so reading them is no second job.
 
 The task holds the whole stored state, so the path is taken when Spark's estimate of
 what it reads is at most ``spark_differential.incremental.localRows`` rows
@@ -147,8 +149,8 @@ def update_tables(program: QueryProgram, operators: Sequence[Operator], sources:
             sides = []
             for k, (inp, new) in enumerate(zip(step.inputs, news)):
                 t = tag(slot, k)
-                old = _with_new(stored[t], inp.schema, False)
-                sides.append(concat_tables([_touching(old, news, step.key_cols), new], inp.schema))
+                old = _with_new(_touching(stored[t], news, step.key_cols), inp.schema, False)  # (the few rows)
+                sides.append(concat_tables([old, new], inp.schema))
                 if new.num_rows:
                     new_rows[t] = _stored(new, by_tag[t].schema)
             if any(n.num_rows for n in news):
@@ -182,12 +184,12 @@ def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa
     inp = step.inputs[0]
     kcols = [c for c in inp.schema.names if c.startswith("_k")]
     row_cols = [c for c in inp.schema.names if c not in (*times(step.width), D, NEW)]
-    old = _with_new(stored[t_rows], inp.schema, False)
     tot_schema = by_tag[t_tot].schema
     old_tot = stored[t_tot].drop_columns([BUCKET])
     if new.num_rows == 0:
         return step.out_schema.empty_table()
-    rows = concat_tables([_touching(old, [new], row_cols), new], inp.schema)
+    old = _with_new(_touching(stored[t_rows], [new], row_cols), inp.schema, False)  # (the few rows)
+    rows = concat_tables([old, new], inp.schema)
     out = ktotals.totals(step.params, rows, _touching(old_tot, [new], kcols))
     tags = out.column(ktotals.TAG)
     new_rows[t_rows] = _stored(new, by_tag[t_rows].schema)

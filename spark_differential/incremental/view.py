@@ -375,8 +375,10 @@ def incremental(
     strategy is fixed when the view is created.  A traced update that reads at most
     ``spark_differential.incremental.localRows`` rows (by Spark's estimate, no job; by
     default 3,000,000, and 7,500,000 on a local master) runs whole inside one
-    Spark task, one job (:mod:`spark_differential.incremental.onetask`); a larger one runs
-    operator by operator on the cluster; one INFO log line says which.
+    Spark task, one job (:mod:`spark_differential.incremental.onetask`), and on this
+    machine's filesystem the DataFrame it returns holds the rows that job sent back (reading
+    it is no further job); a larger one runs operator by operator on the cluster; one INFO
+    log line says which.
 
     Each update stores its new updates as one more Parquet directory per stored
     collection (the rerun strategy: per input, and one for the output returned so far;
