@@ -72,6 +72,9 @@ CHUNK_ROWS = "spark_differential.iterate.chunkRows"
 PIPELINE_ROWS = "spark_differential.pipeline.localRows"
 # rows an incremental view's update may read to run inside one task (its stored traces, the changes)
 INCREMENTAL_ROWS = "spark_differential.incremental.localRows"
+# bytes of memory-mapped Arrow copies of a view's trace files a one-task update may keep on its machine
+ARROW_CACHE_BYTES = "spark_differential.incremental.arrowCacheBytes"
+DEFAULT_ARROW_CACHE_BYTES = 2 << 30
 DEFAULT_PIPELINE_ROWS = 100_000
 
 BUCKETS_PER_PARTITION = "spark_differential.buckets_per_partition"
@@ -112,6 +115,13 @@ def incremental_rows(spark: Any) -> int:
     partitions holds, :data:`PARTITION_FACTOR` times the default of ``localRows`` (a view's task
     holds each row once, where a loop's holds its iterations' updates)."""
     return _rows(spark, INCREMENTAL_ROWS, PARTITION_FACTOR * default_rows(spark))
+
+
+def arrow_cache_bytes(spark: Any) -> int:
+    """Bytes of Arrow copies of an incremental view's trace files an update run inside one task
+    may keep in its machine's temporary directory, mapped by later updates instead of decoding
+    the Parquet files again (:mod:`spark_differential.incremental.arrow_cache`; ``0``: none)."""
+    return _rows(spark, ARROW_CACHE_BYTES, DEFAULT_ARROW_CACHE_BYTES)
 
 
 def partition_rows(spark: Any) -> int:

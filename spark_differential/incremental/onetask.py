@@ -47,6 +47,7 @@ from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
 from spark_differential.engine.kernel_form import arrow_schema, bucket_sql
+from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
@@ -210,13 +211,14 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
 
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
          sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
-         schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+         schema: pa.Schema, cache: ArrowCache | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the update: its input tagged by ``SRC`` (the inputs'
     changes ``0 .. n-1``, of ``sources``' schemas; the output held back, ``n``; then each
     trace's kept files ``n + 1 + 2k`` and merging files ``n + 2 + 2k``), its output the
     version's collections tagged by kind (``schema``): ``o`` and ``p`` (``out_schema``: the
     output's data, time leaves, diff, under the prefix ``ol``), each trace's newest file
-    (its tag) and merged files (:attr:`StoredTrace.merged`)."""
+    (its tag) and merged files (:attr:`StoredTrace.merged`).  ``cache``: the traces' files on
+    this machine are read through their memory-mapped Arrow copies."""
     n = len(program.names)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -229,9 +231,10 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         stored, merging = {}, {}
         for k, tr in enumerate(traces):
             local = tr.kept is not None
-            stored[tr.tag] = read_local(tr.kept, tr.tag, tr.schema) if local else _part(table, n + 1 + 2 * k, tr.schema)
+            stored[tr.tag] = (read_local(tr.kept, tr.tag, tr.schema, cache) if local
+                              else _part(table, n + 1 + 2 * k, tr.schema))
             if tr.merged is not None:
-                merging[tr.tag] = (read_local(tr.merging, tr.tag, tr.schema) if local
+                merging[tr.tag] = (read_local(tr.merging, tr.tag, tr.schema, cache) if local
                                    else _part(table, n + 2 + 2 * k, tr.schema))
                 stored[tr.tag] = concat_tables([stored[tr.tag], merging[tr.tag]], tr.schema)
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
@@ -343,11 +346,12 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                                                  *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
                for nm, cols in zip(program.names, program.columns)]
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
+    cache = ArrowCache.default(settings.arrow_cache_bytes(spark)) if root is not None else None
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
-              arrow_schema(spark, wide))
+              arrow_schema(spark, wide), cache)
     out = union.coalesce(1).mapInArrow(fn, wide)
     stored = _as_stored(out, program, operators, view_schema, ttype, bucketing)
-    present = store.write_data(directory, stored, one_task=True)
+    present = store.write_data(directory, stored, one_task=True, cache=cache)
     trace_files = {}
     for tr in traces:
         files = list(kept_files[tr.tag])

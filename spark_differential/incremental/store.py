@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import IncrementalStateError
+from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.files import Files
 from spark_differential.incremental.manifest import State
 from spark_differential.incremental.storage import KIND, part, physical, tagged
@@ -128,16 +129,17 @@ class Store:
         assert wide is not None
         return self.write_wide(subdir, wide)
 
-    def write_wide(self, subdir: str, wide: DataFrame, one_task: bool = False) -> dict[str, str]:
+    def write_wide(self, subdir: str, wide: DataFrame, one_task: bool = False,
+                   cache: ArrowCache | None = None) -> dict[str, str]:
         """Store rows tagged by :data:`~.storage.KIND` (each collection under its physical column names) in
         one Parquet write partitioned by tag, under ``subdir``; the stored directory of each tag written.
 
         ``one_task``: ``wide`` is computed by one task (an update run inside one task); on this
         machine's filesystem that task then writes the files itself (:func:`writer`: one job that
-        returns the kinds written, no job commit), else Spark's writer does."""
+        returns the kinds written, no job commit; ``cache``: :func:`writer`'s), else Spark's writer does."""
         root = self.files.local_root() if one_task else None
         if root is not None:
-            rows = wide.mapInArrow(writer(f"{root}/{subdir}"), f"{KIND} string, {INLINE} binary").collect()
+            rows = wide.mapInArrow(writer(f"{root}/{subdir}", cache), f"{KIND} string, {INLINE} binary").collect()
             written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
             for r in rows:
                 if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
@@ -148,11 +150,12 @@ class Store:
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
                 if n.startswith(prefix)}
 
-    def write_data(self, directory: str, wide: DataFrame, one_task: bool = False) -> set[str]:
+    def write_data(self, directory: str, wide: DataFrame, one_task: bool = False,
+                   cache: ArrowCache | None = None) -> set[str]:
         """A version's last write (``directory/data``): what the update returns, what it holds back, the
         merged traces; the directories it stored (a collection with no rows has none).  ``one_task``:
         as :meth:`write_wide` says."""
-        return set(self.write_wide(f"{directory}/data", wide, one_task).values())
+        return set(self.write_wide(f"{directory}/data", wide, one_task, cache).values())
 
     def roll(self, old: Sequence[str], new: str | None, directory: str, tag: str, schema: T.StructType,
              policy: ParquetPolicy, merge: Callable[[Sequence[str]], DataFrame],
@@ -204,16 +207,18 @@ def parquet_files(directory: str) -> list[str]:
                   if f.endswith(".parquet") and not f.startswith(("_", ".")))
 
 
-def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema) -> pa.Table:
+def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema, cache: ArrowCache | None = None
+               ) -> pa.Table:
     """A stored collection (columns named by :func:`~spark_differential.incremental.storage.physical`
-    with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``."""
+    with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``
+    (through ``cache``'s memory-mapped copies, when given)."""
     names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
-    parts = [pq.read_table(f, columns=names).rename_columns(schema.names)
+    parts = [(pq.read_table(f, columns=names) if cache is None else cache.read(f, names)).rename_columns(schema.names)
              for d in directories for f in parquet_files(d)]
     return concat_tables(parts, schema)
 
 
-def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def writer(target: str, cache: ArrowCache | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function writing a version's collections on this machine's filesystem
     from the task that computed them: its rows (tagged by :data:`~.storage.KIND`, each
     collection's columns named by its prefix) go to one Parquet file per kind and task,
@@ -221,7 +226,9 @@ def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Reco
     them out (written under a temporary name and renamed, so a retried task replaces its file
     whole); it yields the kinds written (:data:`~.storage.KIND`) and, for the output an update
     returns (:data:`INLINE_KINDS`) when at most :data:`INLINE_BYTES`, its rows as an Arrow IPC
-    stream (:data:`INLINE`): the driver then returns them without reading the files back."""
+    stream (:data:`INLINE`): the driver then returns them without reading the files back.
+    ``cache``: each file but the output's also leaves its memory-mapped Arrow copy there, for
+    the next update's task to read (:mod:`~spark_differential.incremental.arrow_cache`)."""
 
     def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
         return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
@@ -243,6 +250,8 @@ def writer(target: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.Reco
             table = pa.concat_tables(tables)
             pq.write_table(table, tmp)
             os.replace(tmp, os.path.join(directory, name))
+            if cache is not None and kind not in ("o", "p"):
+                cache.keep(os.path.join(directory, name), table)
             blob = None
             if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES:
                 sink = pa.BufferOutputStream()

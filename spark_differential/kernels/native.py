@@ -143,6 +143,10 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
         return table if keys.num_rows else table.slice(0, 0)
     if table.num_rows == 0 or keys.num_rows == 0:
         return table.slice(0, 0)
+    if len(cols) > 1:  # first the rows matching in one column (one is_in), then the rest on those only
+        table = _narrowed(table, keys, cols)
+        if table.num_rows == 0:
+            return table
     if all(_groupable(table.schema.field(c).type) and keys.schema.field(c).type == table.schema.field(c).type
            for c in cols):
         if len(cols) == 1:  # is_in matches a null to a null (skip_nulls=False), as IS NOT DISTINCT FROM
@@ -156,6 +160,24 @@ def touching(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
             return table.join(distinct, cols, join_type="left semi", use_threads=False).select(table.column_names)
     sql = f"SELECT x.* FROM $X AS x SEMI JOIN (SELECT DISTINCT {duck.cols(cols)} FROM $K) AS n ON {key_eq([duck.quote(c) for c in cols], 'x', 'n')}"
     return duck.query(sql, {"X": table, "K": keys.select(cols)})
+
+
+def _narrowed(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` whose value in one of ``cols`` some row of ``keys`` has (nulls equal
+    to nulls): a superset of the rows matching a row of ``keys`` in all of ``cols``, found by one
+    ``is_in`` over the column with the most distinct values in ``keys`` (the most selective);
+    ``table`` itself when no column can be compared so."""
+    best, values = None, None
+    for c in cols:
+        t = table.schema.field(c).type
+        if not _groupable(t) or keys.schema.field(c).type != t:
+            continue
+        distinct = pc.unique(keys.column(c).combine_chunks())
+        if values is None or len(distinct) > len(values):
+            best, values = c, distinct
+    if best is None:
+        return table
+    return table.filter(pc.is_in(table.column(best), value_set=values, skip_nulls=False))
 
 
 # ---------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Memory-mapped Arrow copies of stored Parquet files (``spark_differential.incremental.arrow_cache``), without Spark.
+
+On ``(data, time, diff)``: a copy must give exactly the columns a read of the file gives, be
+used instead of the file while the file is unchanged, never be used for a file that changed
+(a retried task's rewrite), and the copies must stay within their byte limit."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_differential.incremental import arrow_cache
+from spark_differential.incremental.arrow_cache import ArrowCache
+
+
+def _file(path: str, n: int, start: int = 0) -> str:
+    pq.write_table(pa.table({"k": list(range(start, start + n)), "s": [f"v{i}" for i in range(n)]}), path)
+    return path
+
+
+def test_a_copy_is_read_instead_of_the_file_until_the_file_changes(tmp_path, monkeypatch) -> None:
+    f = _file(str(tmp_path / "a.parquet"), 100)
+    cache = ArrowCache(str(tmp_path / "cache"), 1 << 20)
+    first = cache.read(f, ["k", "s"])
+    assert first.equals(pq.read_table(f))
+    assert len(os.listdir(tmp_path / "cache")) == 1
+    decoded = []
+    real = arrow_cache.pq.read_table
+    monkeypatch.setattr(arrow_cache.pq, "read_table", lambda *a, **k: decoded.append(a) or real(*a, **k))
+    assert cache.read(f, ["k", "s"]).equals(first) and not decoded  # mapped, not decoded
+    assert cache.read(f, ["s"]).column_names == ["s"] and len(decoded) == 1  # other columns: another copy
+    time.sleep(0.01)
+    _file(str(tmp_path / "b.parquet"), 50, start=1000)
+    os.replace(tmp_path / "b.parquet", f)  # rewritten whole under the same name, as a retried task does
+    again = cache.read(f, ["k", "s"])
+    assert again.column("k").to_pylist() == list(range(1000, 1050)) and len(decoded) == 2
+
+
+def test_the_writer_side_copy_is_what_a_read_maps(tmp_path, monkeypatch) -> None:
+    f = _file(str(tmp_path / "a.parquet"), 10)
+    cache = ArrowCache(str(tmp_path / "cache"), 1 << 20)
+    cache.keep(f, pq.read_table(f))
+    monkeypatch.setattr(arrow_cache.pq, "read_table", lambda *a, **k: pytest.fail("decoded"))
+    assert cache.read(f, ["k", "s"]).column("k").to_pylist() == list(range(10))
+
+
+def test_the_copies_stay_within_their_limit_dropping_the_least_recently_used(tmp_path, monkeypatch) -> None:
+    files = [_file(str(tmp_path / f"f{i}.parquet"), 2000, start=i) for i in range(5)]
+    one = pq.read_table(files[0]).nbytes
+    cache = ArrowCache(str(tmp_path / "cache"), 3 * one + one // 2)
+    for f in [*files[:3], files[0], *files[3:]]:  # f0 used again after f1 and f2: f1 and f2 go first
+        cache.read(f, ["k", "s"])
+        time.sleep(0.01)
+    sizes = [e.stat().st_size for e in os.scandir(tmp_path / "cache")]
+    assert len(sizes) == 3 and sum(sizes) <= cache.limit, sizes
+    decoded = []
+    real = arrow_cache.pq.read_table
+    monkeypatch.setattr(arrow_cache.pq, "read_table", lambda f, **k: decoded.append(f) or real(f, **k))
+    for f in [files[4], files[3], files[0]]:
+        cache.read(f, ["k", "s"])
+    assert decoded == []  # the three most recently used are kept
+    cache.read(files[1], ["k", "s"])
+    assert decoded == [files[1]]
+    assert ArrowCache.default(0) is None
