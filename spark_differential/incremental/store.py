@@ -64,7 +64,8 @@ class Store:
         self.spark = spark
         self.files = Files(spark, path)
         self.root = self.files.root
-        # the rows of directories this store's one-task writes wrote, got back with the write's result (writer)
+        # the rows of directories the last one-task write wrote, got back with its result (writer): only the
+        # last write's, so a view kept for many updates holds one update's output at most
         self.inlined: dict[str, pa.Table] = {}
 
     # -- reading ---------------------------------------------------------------------------
@@ -141,6 +142,7 @@ class Store:
         if root is not None:
             rows = wide.mapInArrow(writer(f"{root}/{subdir}", cache), f"{KIND} string, {INLINE} binary").collect()
             written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
+            self.inlined.clear()
             for r in rows:
                 if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
                     self.inlined[written[str(r[KIND])]] = pa.ipc.open_stream(bytes(r[INLINE])).read_all()
