@@ -15,6 +15,7 @@ import pytest
 
 from spark_differential.incremental import arrow_cache
 from spark_differential.incremental.arrow_cache import ArrowCache
+from spark_differential.kernels import native
 
 
 def _file(path: str, n: int, start: int = 0) -> str:
@@ -66,3 +67,27 @@ def test_the_copies_stay_within_their_limit_dropping_the_least_recently_used(tmp
     cache.read(files[1], ["k", "s"])
     assert decoded == [files[1]]
     assert ArrowCache.default(0) is None
+
+
+def test_an_index_is_built_once_kept_beside_the_copy_and_rebuilt_for_a_changed_file(tmp_path, monkeypatch) -> None:
+    f = _file(str(tmp_path / "a.parquet"), 500)
+    cache = ArrowCache(str(tmp_path / "cache"), 1 << 22, index_rows=100)
+    table = cache.read(f, ["k", "s"])
+    built = []
+    real = native.KeyIndex.build
+    monkeypatch.setattr(native.KeyIndex, "build", staticmethod(lambda t, c: built.append(c) or real(t, c)))
+    keys = pa.table({"k": [3, 499, 1000]})
+    first = cache.index(f, table, ["k"])
+    assert first is not None and first.touching(table, keys).column("k").to_pylist() == [3, 499]
+    again = cache.index(f, table, ["k"])  # mapped from its copy
+    assert again is not None and again.touching(table, keys).column("k").to_pylist() == [3, 499]
+    assert built == [["k"]]
+    assert cache.index(f, table, ["s"]) is not None and len(built) == 2  # other columns: another index
+    assert ArrowCache(str(tmp_path / "cache"), 1 << 22, index_rows=1000).index(f, table, ["k"]) is None  # small
+    time.sleep(0.01)
+    _file(str(tmp_path / "b.parquet"), 200, start=1000)
+    os.replace(tmp_path / "b.parquet", f)
+    table = cache.read(f, ["k", "s"])
+    rebuilt = cache.index(f, table, ["k"])
+    assert rebuilt is not None and rebuilt.touching(table, keys).column("k").to_pylist() == [1000]
+    assert len(built) == 3

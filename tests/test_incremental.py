@@ -26,6 +26,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -64,7 +65,7 @@ from spark_support import no_spark_job, sdf
 import spark_differential as sd
 from spark_differential.algorithms import bfs
 from spark_differential.core import lattice as L
-from spark_differential.core.settings import INCREMENTAL_ROWS
+from spark_differential.core.settings import INCREMENTAL_ROWS, INDEX_ROWS
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
@@ -72,6 +73,7 @@ from spark_differential.errors import (
     SchemaMismatchError,
     TimeTypeMismatchError,
 )
+from spark_differential.incremental.arrow_cache import INDEX_SUFFIX, ArrowCache
 from spark_differential.incremental.view import KILL_ENV, lift_updates
 
 P2 = Product([Total(), Total()])
@@ -278,6 +280,8 @@ def update_path(spark: Any, path: str, caplog: Any = None) -> Iterator[None]:
     left at its default, and the log must say each update took that path) or distributed (``0``)."""
     if path == "distributed":
         spark.conf.set(INCREMENTAL_ROWS, "0")
+    if path == "one_task_indexed":  # every trace file read by key through its index
+        spark.conf.set(INDEX_ROWS, "1")
     if caplog is not None:
         caplog.set_level(logging.INFO, logger="spark_differential.incremental")
         caplog.clear()
@@ -285,10 +289,11 @@ def update_path(spark: Any, path: str, caplog: Any = None) -> Iterator[None]:
         yield
     finally:
         spark.conf.unset(INCREMENTAL_ROWS)
+        spark.conf.unset(INDEX_ROWS)
     if caplog is not None:
         said = [r.getMessage() for r in caplog.records if r.name == "spark_differential.incremental"]
         taken = [m for m in said if "runs inside one task" in m]
-        assert (taken and len(taken) == len(said)) if path == "one_task" else not taken, said
+        assert (taken and len(taken) == len(said)) if path.startswith("one_task") else not taken, said
 
 
 @pytest.fixture
@@ -305,6 +310,7 @@ def stage_of(path: Any) -> int:
 
 
 @pytest.mark.parametrize("name,stage,where", [("int", 2, "one_task"), ("product2", 2, "one_task"),
+                                              ("int", 2, "one_task_indexed"), ("product2", 2, "one_task_indexed"),
                                               ("int", 2, "distributed"), ("product2", 2, "distributed"),
                                               ("int", 1, "")])
 def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, name: str, stage: int,
@@ -319,9 +325,16 @@ def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, nam
     # each update runs eight operators: three updates with integer times, two with product times
     steps = schedule(random.Random(len(name) + stage), lat, inputs, 3 if name == "int" else 2, 5)
     path = tmp_path / "view"
+    started = time.time()
     with update_path(spark, where, caplog if where else None):
         got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1)
     assert stage_of(path) == stage
+    if where == "one_task_indexed":  # the traces were read through indexes, built by these updates
+        cache = ArrowCache.default(1)
+        assert cache is not None
+        built = [e for e in os.scandir(cache.directory)
+                 if e.name.endswith(INDEX_SUFFIX) and e.stat().st_mtime >= started - 1]
+        assert built
     want = expected(ref_many(lat), inputs, steps[-1][0], lat)
     assert_updates_equal(consolidate(got), want)
     one_shot = rows_of(many(sdf(spark, inputs["a"], lat), sdf(spark, inputs["b"], lat)))

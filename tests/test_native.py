@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -108,6 +109,32 @@ def test_touching_equals_sql_semi_join(table: pa.Table, keys: pa.Table) -> None:
     want = con.sql(f"SELECT x.* FROM X AS x SEMI JOIN (SELECT DISTINCT {cols} FROM K) AS n ON {on}").to_arrow_table()
     assert got.column_names == table.column_names
     assert rows(got) == rows(want)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tables(), tables())
+def test_an_index_by_key_finds_exactly_the_touched_rows(table: pa.Table, keys: pa.Table) -> None:
+    shared = [c for c in table.column_names if c != "_d" and c in keys.column_names
+              and table.schema.field(c).type == keys.schema.field(c).type and native.indexable(table.schema, [c])]
+    index = native.KeyIndex.build(table, shared)
+    if not shared:
+        assert index is None
+        return
+    assert index is not None
+    got = index.touching(table, keys)
+    assert got.column_names == table.column_names
+    assert rows(got) == rows(native.touching(table, keys, shared))
+    stored = native.KeyIndex.from_table(index.to_table(), shared)  # as kept in a file
+    assert rows(stored.touching(table, keys)) == rows(got)
+
+
+def test_an_index_by_key_does_not_take_floats_and_checks_hash_collisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert native.KeyIndex.build(pa.table({"f": [0.0, -0.0]}), ["f"]) is None  # -0.0 = 0.0 but may hash apart
+    monkeypatch.setattr(native, "_row_hashes", lambda table, cols: np.zeros(table.num_rows, dtype=np.uint64))
+    t = pa.table({"k": [5, 6, 7, 6]})
+    index = native.KeyIndex.build(t, ["k"])  # every row shares one hash: a lookup finds them all
+    assert index is not None
+    assert index.touching(t, pa.table({"k": [6]})).column("k").to_pylist() == [6, 6]  # the check keeps equal keys
 
 
 EXPRESSIONS = [

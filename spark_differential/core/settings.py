@@ -75,6 +75,10 @@ INCREMENTAL_ROWS = "spark_differential.incremental.localRows"
 # bytes of memory-mapped Arrow copies of a view's trace files a one-task update may keep on its machine
 ARROW_CACHE_BYTES = "spark_differential.incremental.arrowCacheBytes"
 DEFAULT_ARROW_CACHE_BYTES = 2 << 30
+# trace files of at least this many rows are read by key through an index kept beside their Arrow copy
+INDEX_ROWS = "spark_differential.incremental.indexRows"
+# an is_in scan of 100,000 int64 keys takes about 2 ms, an index lookup about 1 ms plus its build, once
+DEFAULT_INDEX_ROWS = 100_000
 DEFAULT_PIPELINE_ROWS = 100_000
 
 BUCKETS_PER_PARTITION = "spark_differential.buckets_per_partition"
@@ -122,6 +126,14 @@ def arrow_cache_bytes(spark: Any) -> int:
     may keep in its machine's temporary directory, mapped by later updates instead of decoding
     the Parquet files again (:mod:`spark_differential.incremental.arrow_cache`; ``0``: none)."""
     return _rows(spark, ARROW_CACHE_BYTES, DEFAULT_ARROW_CACHE_BYTES)
+
+
+def index_rows(spark: Any) -> int:
+    """Rows from which a trace file an update run inside one task reads is read by key, through
+    an index of its rows by the hash of the key columns kept beside its Arrow copy
+    (:meth:`spark_differential.incremental.arrow_cache.ArrowCache.index`); smaller files are
+    scanned."""
+    return _rows(spark, INDEX_ROWS, DEFAULT_INDEX_ROWS)
 
 
 def partition_rows(spark: Any) -> int:

@@ -8,8 +8,11 @@ quarter of a second, at every update, for a few thousand rows it keeps.  So the 
 of a file (or the task that wrote it) leaves an uncompressed Arrow IPC copy of the columns
 read in a local directory, named by the file's path, inode, size and modification time
 and the columns; later reads map that copy (``pyarrow.memory_map``): nothing is decoded,
-and the pages the task does not touch are never read (picking the touched keys' rows reads
-the key columns and the picked rows).
+and the pages the task does not touch are never read.  A large file also gets, at its
+first read by key, an index of its rows by the hash of the key columns
+(:meth:`ArrowCache.index`, a :class:`~spark_differential.kernels.native.KeyIndex`): the
+rows of the keys an update touches are then found by binary search, and only those rows'
+pages are read, so reading a trace by key costs what the touched keys hold, not the trace.
 
 The directory holds at most ``limit`` bytes: writing a copy that would pass it first
 deletes the copies used least recently (a read refreshes a copy's modification time).
@@ -28,11 +31,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spark_differential.core.lazy import lazy
+from spark_differential.core.settings import DEFAULT_INDEX_ROWS
+from spark_differential.kernels import native
 
 pa = lazy("pyarrow")
 pq = lazy("pyarrow.parquet")
 
 SUFFIX = ".arrow"
+INDEX_SUFFIX = ".index.arrow"  # an index's copy (:meth:`ArrowCache.index`)
+_INDEX = "\x01index"  # names an index's copy apart from any columns' copy
 
 
 @dataclass(frozen=True)
@@ -53,23 +60,24 @@ class ArrowCache:
 
     directory: str
     limit: int
+    index_rows: int = DEFAULT_INDEX_ROWS  # files of fewer rows are scanned, not indexed (:meth:`index`)
 
     @staticmethod
-    def default(limit: int) -> ArrowCache | None:
+    def default(limit: int, index_rows: int = DEFAULT_INDEX_ROWS) -> ArrowCache | None:
         """The copies of this user in the system's temporary directory (``None`` when ``limit`` is 0)."""
         if limit <= 0:
             return None
         uid = os.getuid() if hasattr(os, "getuid") else 0
-        return ArrowCache(os.path.join(tempfile.gettempdir(), f"spark_differential-arrow-{uid}"), limit)
+        return ArrowCache(os.path.join(tempfile.gettempdir(), f"spark_differential-arrow-{uid}"), limit, index_rows)
 
-    def _name(self, file: str, columns: Sequence[str]) -> str | None:
+    def _name(self, file: str, columns: Sequence[str], suffix: str = SUFFIX) -> str | None:
         """The copy's path for ``file``'s ``columns`` as the file is now (``None``: no such file)."""
         try:
             st = os.stat(file)
         except OSError:
             return None
         key = f"{os.path.realpath(file)}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0" + "\0".join(columns)
-        return os.path.join(self.directory, hashlib.sha1(key.encode("utf-8")).hexdigest() + SUFFIX)
+        return os.path.join(self.directory, hashlib.sha1(key.encode("utf-8")).hexdigest() + suffix)
 
     def read(self, file: str, columns: Sequence[str]) -> pa.Table:
         """``file``'s ``columns``: mapped from its copy, or read with pyarrow and copied."""
@@ -85,10 +93,34 @@ class ArrowCache:
         return table
 
     def keep(self, file: str, table: pa.Table) -> None:
-        """Leave a copy of ``table``, all of ``file``'s columns named as in it, for later reads
-        (written under a temporary name and renamed: a reader sees a whole copy or none)."""
+        """Leave a copy of ``table``, all of ``file``'s columns named as in it, for later reads."""
         name = self._name(file, table.column_names)
-        if name is None or table.nbytes > self.limit // 2:
+        if name is not None:
+            self._write(name, table)
+
+    def index(self, file: str, table: pa.Table, cols: Sequence[str]) -> native.KeyIndex | None:
+        """The :class:`~spark_differential.kernels.native.KeyIndex` of ``file``'s rows (``table``:
+        some of its columns, in its order) by ``cols``: mapped from the copy the first call left,
+        or built and copied (``None``: ``cols`` cannot be indexed, or the file has fewer than
+        ``index_rows`` rows: a scan of it costs less)."""
+        if table.num_rows < max(1, self.index_rows) or not native.indexable(table.schema, cols):
+            return None
+        name = self._name(file, [_INDEX, *cols], INDEX_SUFFIX)
+        if name is not None and os.path.exists(name):
+            try:
+                os.utime(name)
+                return native.KeyIndex.from_table(pa.ipc.open_file(pa.memory_map(name)).read_all(), cols)
+            except (OSError, pa.ArrowInvalid, KeyError):
+                pass
+        index = native.KeyIndex.build(table, cols)
+        if index is not None and name is not None:
+            self._write(name, index.to_table())
+        return index
+
+    def _write(self, name: str, table: pa.Table) -> None:
+        """Write ``table`` as the copy ``name`` (under a temporary name and renamed: a reader
+        sees a whole copy or none), unless it would take more than half the limit."""
+        if table.nbytes > self.limit // 2:
             return
         os.makedirs(self.directory, exist_ok=True)
         self._evict(self.limit - table.nbytes)

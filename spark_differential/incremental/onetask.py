@@ -52,7 +52,7 @@ from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Store, parquet_files, read_local, wide_rows
+from spark_differential.incremental.store import Store, parquet_files, read_local_files, wide_rows
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -109,25 +109,54 @@ def _stored(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return conform(rows.add_column(0, BUCKET, pa.nulls(rows.num_rows, schema.field(0).type)), schema)
 
 
-def _touching(old: pa.Table, news: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
+@dataclass(frozen=True)
+class Kept:
+    """A stored trace as the task read it from this machine: each file's path and rows (as
+    ``schema``), read by key through ``cache``'s indexes of its large files
+    (:meth:`~spark_differential.incremental.arrow_cache.ArrowCache.index`)."""
+
+    files: Sequence[tuple[str, pa.Table]]
+    schema: pa.Schema
+    cache: ArrowCache | None = None
+
+    @property
+    def table(self) -> pa.Table:
+        """All the rows."""
+        return concat_tables([t for _, t in self.files], self.schema)
+
+    def touching(self, keys: pa.Table, cols: Sequence[str]) -> pa.Table:
+        """The rows whose ``cols`` some row of ``keys`` has (:func:`~spark_differential.kernels.native.touching`):
+        binary search in the index of a file the cache indexes (one of at least its ``index_rows``
+        rows), a scan of the others."""
+        parts = []
+        for f, t in self.files:
+            index = self.cache.index(f, t, cols) if self.cache is not None else None
+            parts.append(index.touching(t, keys) if index is not None else native.touching(t, keys, cols))
+        return concat_tables(parts, self.schema)
+
+
+def _touching(old: pa.Table | Kept, news: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
     """The rows of ``old`` whose ``cols`` some row of ``news`` has (no ``cols``: every row, if any is new)."""
     present = [n.select(list(cols)) for n in news if n.num_rows]
+    table = old.table if isinstance(old, Kept) and not (present and cols) else old
     if not present:
-        return old.slice(0, 0)
+        return table.slice(0, 0)
     if not cols:
-        return old
-    return native.touching(old, pa.concat_tables(present), cols)
+        return table
+    keys = pa.concat_tables(present)
+    return old.touching(keys, cols) if isinstance(old, Kept) else native.touching(old, keys, cols)
 
 
 def update_tables(program: QueryProgram, operators: Sequence[Operator], sources: Sequence[pa.Table],
-                  pending: pa.Table, stored: Mapping[str, pa.Table], traces: Sequence[StoredTrace],
+                  pending: pa.Table, stored: Mapping[str, pa.Table | Kept], traces: Sequence[StoredTrace],
                   merging: Mapping[str, pa.Table], ttype: TimeType, frontier: Sequence[Leaves]
                   ) -> tuple[pa.Table, pa.Table, dict[str, pa.Table], dict[str, pa.Table]]:
     """One update of a traced view over Arrow tables (the module docstring).
 
     ``sources``: each input's changes (user columns: data, time leaves, diff, in the order of
     ``program.names``); ``pending``: the output held back by earlier updates (the output's
-    columns); ``stored``: every trace's rows by tag (its files', ``merging``'s included);
+    columns); ``stored``: every trace's rows by tag (its files', ``merging``'s included; a
+    :class:`Kept` when the task read them itself, then read by key);
     ``merging``: the rows of the files that merge, by tag.  Returns what the update returns
     and holds back (both consolidated), each trace's new rows (its newest file) and each
     merging trace's merged rows (advanced to ``frontier`` and consolidated)."""
@@ -175,7 +204,7 @@ def update_tables(program: QueryProgram, operators: Sequence[Operator], sources:
     return returned, kept, new_rows, merged
 
 
-def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa.Table],
+def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa.Table | Kept],
                by_tag: Mapping[str, StoredTrace], new_rows: dict[str, pa.Table]) -> pa.Table:
     """A count or exact sum (:mod:`spark_differential.kernels.totals`): its kernel over the new rows
     and the stored rows of the rows they change, and the totals of the keys they touch; its
@@ -186,12 +215,11 @@ def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa
     kcols = [c for c in inp.schema.names if c.startswith("_k")]
     row_cols = [c for c in inp.schema.names if c not in (*times(step.width), D, NEW)]
     tot_schema = by_tag[t_tot].schema
-    old_tot = stored[t_tot].drop_columns([BUCKET])
     if new.num_rows == 0:
         return step.out_schema.empty_table()
     old = _with_new(_touching(stored[t_rows], [new], row_cols), inp.schema, False)  # (the few rows)
     rows = concat_tables([old, new], inp.schema)
-    out = ktotals.totals(step.params, rows, _touching(old_tot, [new], kcols))
+    out = ktotals.totals(step.params, rows, _touching(stored[t_tot], [new], kcols).drop_columns([BUCKET]))
     tags = out.column(ktotals.TAG)
     new_rows[t_rows] = _stored(new, by_tag[t_rows].schema)
     changes = out.filter(pc.equal(tags, 1)).select([c for c in tot_schema.names if c != BUCKET])
@@ -228,14 +256,20 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         table = pa.Table.from_batches(seen)
         inputs = [_part(table, j, s) for j, s in enumerate(sources)]
         pending = _part(table, n, out_schema)
-        stored, merging = {}, {}
+        stored: dict[str, pa.Table | Kept] = {}
+        merging: dict[str, pa.Table] = {}
         for k, tr in enumerate(traces):
-            local = tr.kept is not None
-            stored[tr.tag] = (read_local(tr.kept, tr.tag, tr.schema, cache) if local
-                              else _part(table, n + 1 + 2 * k, tr.schema))
+            if tr.kept is not None:  # read here, file by file
+                files = read_local_files(tr.kept, tr.tag, tr.schema, cache)
+                if tr.merged is not None:
+                    merged_files = read_local_files(tr.merging, tr.tag, tr.schema, cache)
+                    merging[tr.tag] = concat_tables([t for _, t in merged_files], tr.schema)
+                    files += merged_files
+                stored[tr.tag] = Kept(files, tr.schema, cache)
+                continue
+            stored[tr.tag] = _part(table, n + 1 + 2 * k, tr.schema)
             if tr.merged is not None:
-                merging[tr.tag] = (read_local(tr.merging, tr.tag, tr.schema, cache) if local
-                                   else _part(table, n + 2 + 2 * k, tr.schema))
+                merging[tr.tag] = _part(table, n + 2 + 2 * k, tr.schema)
                 stored[tr.tag] = concat_tables([stored[tr.tag], merging[tr.tag]], tr.schema)
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
                                                          merging, ttype, frontier)
@@ -346,7 +380,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                                                  *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
                for nm, cols in zip(program.names, program.columns)]
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
-    cache = ArrowCache.default(settings.arrow_cache_bytes(spark)) if root is not None else None
+    cache = ArrowCache.default(settings.arrow_cache_bytes(spark), settings.index_rows(spark)) if root is not None else None
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
               arrow_schema(spark, wide), cache)
     out = union.coalesce(1).mapInArrow(fn, wide)

@@ -214,10 +214,16 @@ def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema, cache
     """A stored collection (columns named by :func:`~spark_differential.incremental.storage.physical`
     with ``prefix``) read from its Parquet directories on this machine with pyarrow, as ``schema``
     (through ``cache``'s memory-mapped copies, when given)."""
+    return concat_tables([t for _, t in read_local_files(directories, prefix, schema, cache)], schema)
+
+
+def read_local_files(directories: Sequence[str], prefix: str, schema: pa.Schema, cache: ArrowCache | None = None
+                     ) -> list[tuple[str, pa.Table]]:
+    """:func:`read_local`, file by file: each data file's path and rows."""
     names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
-    parts = [(pq.read_table(f, columns=names) if cache is None else cache.read(f, names)).rename_columns(schema.names)
-             for d in directories for f in parquet_files(d)]
-    return concat_tables(parts, schema)
+    return [(f, conform((pq.read_table(f, columns=names) if cache is None else cache.read(f, names))
+                        .rename_columns(schema.names), schema))
+            for d in directories for f in parquet_files(d)]
 
 
 def writer(target: str, cache: ArrowCache | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -286,4 +292,4 @@ def _partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "wide_rows", "writer"]
+__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "read_local_files", "wide_rows", "writer"]

@@ -303,6 +303,87 @@ class KeySorted:
         return self.table.take(pa.array(rows))
 
 
+def indexable(schema: pa.Schema, cols: Sequence[str]) -> bool:
+    """Whether :class:`KeyIndex` can index rows of ``schema`` by ``cols``: at least one column,
+    each of a type whose equal values hash equal (integers, booleans, strings, binary, dates,
+    timestamps; not floating point, where ``-0.0`` equals ``0.0``)."""
+    return bool(cols) and all(_groupable(schema.field(c).type) for c in cols)
+
+
+def _row_hashes(table: pa.Table, cols: Sequence[str]) -> np.ndarray:
+    """DuckDB's ``hash`` of each row's ``cols`` (nulls hash alike), as uint64."""
+    import numpy as np
+
+    out = duck.query(f"SELECT hash({duck.cols(list(cols))}) AS h FROM $X", {"X": table.select(list(cols))})
+    return np.asarray(out.column(0).to_numpy(), dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class KeyIndex:
+    """An index of a table's rows by the hash of their ``cols``: ``hashes`` ascending and
+    ``rows``, the position in the table of the row of each hash.  The rows some keys touch
+    (:meth:`touching`, the same rows as :func:`touching`) are then found by binary search, in
+    ``O(|keys| log |table| + output)``, and checked exactly (a hash shared by chance only
+    adds a candidate).  Kept beside a stored trace file, whose rows never change
+    (:meth:`spark_differential.incremental.arrow_cache.ArrowCache.index`).
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": ["a", "b", None, "b"], "v": [1, 2, 3, 4]})
+    >>> index = KeyIndex.build(t, ["k"])
+    >>> index.touching(t, pa.table({"k": ["b", None, "z"]})).to_pylist()
+    [{'k': 'b', 'v': 2}, {'k': None, 'v': 3}, {'k': 'b', 'v': 4}]
+    >>> KeyIndex.build(pa.table({"x": [0.5]}), ["x"]) is None   # floats: not indexed
+    True
+    """
+
+    cols: tuple[str, ...]
+    hashes: np.ndarray
+    rows: np.ndarray
+
+    @staticmethod
+    def build(table: pa.Table, cols: Sequence[str]) -> KeyIndex | None:
+        """The index of ``table`` by ``cols`` (``None``: not :func:`indexable`)."""
+        import numpy as np
+
+        if not indexable(table.schema, cols):
+            return None
+        hashes = _row_hashes(table, cols)
+        rows = np.argsort(hashes, kind="stable").astype(np.int64, copy=False)
+        return KeyIndex(tuple(cols), hashes[rows], rows)
+
+    def to_table(self) -> pa.Table:
+        """The index as a table (``h``, ``r``), to keep in a file."""
+        return pa.table({"h": self.hashes, "r": self.rows})
+
+    @staticmethod
+    def from_table(table: pa.Table, cols: Sequence[str]) -> KeyIndex:
+        """The index :meth:`to_table` gave (memory-mapped columns are used in place)."""
+        return KeyIndex(tuple(cols), table.column("h").to_numpy(), table.column("r").to_numpy())
+
+    def touching(self, table: pa.Table, keys: pa.Table) -> pa.Table:
+        """The rows of ``table`` (the indexed one) whose ``cols`` equal those of some row of
+        ``keys`` (nulls equal to nulls), in table order."""
+        import numpy as np
+
+        cols = list(self.cols)
+        if table.num_rows == 0 or keys.num_rows == 0:
+            return table.slice(0, 0)
+        try:
+            wanted_keys = keys.select(cols).cast(table.select(cols).schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return touching(table, keys, cols)
+        wanted = np.unique(_row_hashes(wanted_keys, cols))
+        lo = np.searchsorted(self.hashes, wanted, side="left")
+        cnt = np.searchsorted(self.hashes, wanted, side="right") - lo
+        keep = cnt > 0
+        lo, cnt = lo[keep], cnt[keep]
+        total = int(cnt.sum())
+        if total == 0:
+            return table.slice(0, 0)
+        at = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        return touching(table.take(pa.array(np.sort(self.rows[at]))), wanted_keys, cols)
+
+
 def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | None:
     """The distinct rows of ``keys``' ``cols`` (integers without nulls) as int64 columns, in
     lexicographic order; ``None`` for other columns."""
