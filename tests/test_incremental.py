@@ -74,6 +74,7 @@ from spark_differential.errors import (
     TimeTypeMismatchError,
 )
 from spark_differential.incremental.arrow_cache import INDEX_SUFFIX, ArrowCache
+from spark_differential.incremental.files import Files
 from spark_differential.incremental.view import KILL_ENV, lift_updates
 
 P2 = Product([Total(), Total()])
@@ -247,7 +248,7 @@ def test_update_rule_is_exact_pure_python(name: str, seed: int) -> None:
 
 def run_view(
     spark: Any, path: str, query: Callable[..., DataFrame], inputs: dict[str, Coll], steps: list, lat: Any,
-    stage: int | None = None,
+    stage: int | None = None, before: Callable[[int], None] | None = None,
 ) -> list:
     """Every update through a fresh view object (so each resumes from the stored manifest).
 
@@ -257,6 +258,8 @@ def run_view(
     ``foreachBatch`` may): the repeat returns the same rows and changes nothing."""
     got: list = []
     for i, (upto, new) in enumerate(steps):
+        if before is not None:
+            before(i)
         view = sd.incremental(path, query, compact_every=2, stage=stage)
         dfs = {n: sdf(spark, Coll(inputs[n].cols, ups), lat) for n, ups in new.items() if ups or i == 0}
         out = view.update(upto=upto[0] if isinstance(lat, Total) else upto, batch_id=i, **dfs)
@@ -293,7 +296,10 @@ def update_path(spark: Any, path: str, caplog: Any = None) -> Iterator[None]:
     if caplog is not None:
         said = [r.getMessage() for r in caplog.records if r.name == "spark_differential.incremental"]
         taken = [m for m in said if "runs inside one task" in m]
-        assert (taken and len(taken) == len(said)) if path.startswith("one_task") else not taken, said
+        if path == "alternating":  # each path reads the files the other wrote
+            assert taken and len(taken) < len(said), said
+        else:
+            assert (taken and len(taken) == len(said)) if path.startswith("one_task") else not taken, said
 
 
 @pytest.fixture
@@ -311,23 +317,35 @@ def stage_of(path: Any) -> int:
 
 @pytest.mark.parametrize("name,stage,where", [("int", 2, "one_task"), ("product2", 2, "one_task"),
                                               ("int", 2, "one_task_indexed"), ("product2", 2, "one_task_indexed"),
+                                              ("int", 2, "one_task_remote"), ("int", 2, "alternating"),
+                                              ("product2", 2, "alternating"),
                                               ("int", 2, "distributed"), ("product2", 2, "distributed"),
                                               ("int", 1, "")])
-def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, name: str, stage: int,
+def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, monkeypatch, name: str, stage: int,
                                                      where: str) -> None:
     """Every join and reduction in one view, random inputs split at random into updates.
 
     Stage 2 (chosen for this query) keeps each operator's traces, its updates inside one
-    task or distributed; stage 1 (asked for) re-runs the query on the stored inputs.  All
-    against the oracle, and the one-shot run."""
+    task (reading and writing the files itself; ``_indexed``: every trace file read by key;
+    ``_remote``: as on HDFS or S3A, through Spark's scan and writer) or distributed, or
+    ``alternating`` between the two (each reads the other's files); stage 1
+    (asked for) re-runs the query on the stored inputs.  All against the oracle, and the
+    one-shot run."""
+    if where == "one_task_remote":
+        monkeypatch.setattr(Files, "local_root", lambda self: None)
     lat = LAT[name]
     inputs = random_inputs(7 + len(name) + stage, lat, 12, 7, 4)
     # each update runs eight operators: three updates with integer times, two with product times
     steps = schedule(random.Random(len(name) + stage), lat, inputs, 3 if name == "int" else 2, 5)
     path = tmp_path / "view"
     started = time.time()
+
+    def before(i: int) -> None:  # alternating: odd updates distributed, even ones in one task
+        if where == "alternating":
+            spark.conf.set(INCREMENTAL_ROWS, "0" if i % 2 else str(10**7))
+
     with update_path(spark, where, caplog if where else None):
-        got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1)
+        got = run_view(spark, str(path), many, inputs, steps, lat, stage=None if stage == 2 else 1, before=before)
     assert stage_of(path) == stage
     if where == "one_task_indexed":  # the traces were read through indexes, built by these updates
         cache = ArrowCache.default(1)

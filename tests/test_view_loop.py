@@ -36,6 +36,7 @@ from spark_differential.core import lattice as L
 from spark_differential.core.collection import inspect
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import loop as view_loop
+from spark_differential.incremental.files import Files
 from spark_differential.intask import iteration
 from spark_differential.intask import step as intask_step
 
@@ -333,13 +334,19 @@ def near_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
 VIEWS = {"bfs": bfs_view, "reach": reach_view, "near": near_view}
 
 
-@pytest.mark.parametrize("body,name", [("bfs", "product2"), pytest.param("reach", "int", marks=pytest.mark.connect),
-                                       ("bfs", "int"), ("near", "int")])
-def test_loop_views_against_the_oracle(spark, tmp_path, body: str, name: str) -> None:
+@pytest.mark.parametrize("body,name,remote", [("bfs", "product2", False),
+                                              pytest.param("reach", "int", False, marks=pytest.mark.connect),
+                                              ("bfs", "int", False), ("near", "int", False),
+                                              ("bfs", "int", True), ("near", "int", True)])
+def test_loop_views_against_the_oracle(spark, tmp_path, monkeypatch, body: str, name: str, remote: bool) -> None:
     """A loop view over changing graphs against the oracle.  Over an integral time a query
     that is one loop writes each version in the loop's one job (``write_version``); over
     product times, or a query doing more than returning its loop's change (``near``), the
-    loop is written apart and the query's output after it."""
+    loop is written apart and the query's output after it.  The loop's task reads its
+    traces and writes its files itself where the view is on this machine's filesystem;
+    ``remote``: as on HDFS or S3A, through Spark's scan and writer."""
+    if remote:
+        monkeypatch.setattr(Files, "local_root", lambda self: None)
     lat = LATS[name][0]
     rng = random.Random(41 + len(name))
     if isinstance(lat, Total):

@@ -77,8 +77,9 @@ from spark_differential.core.lazy import lazy
 from spark_differential.core.names import SRC
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
+from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
-from spark_differential.incremental.store import wide_rows
+from spark_differential.incremental.store import read_local, wide_rows
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
@@ -405,7 +406,7 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
-         held_tags: Sequence[str], schema: pa.Schema, final: bool = False
+         held_tags: Sequence[str], schema: pa.Schema, final: bool = False, local: Local | None = None
          ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of a loop's update: read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -414,7 +415,11 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
 
     ``final``: the loop's change is the view's output; the task also reads the output held
     back by earlier updates (``SRC`` after the traces) and yields what the update returns and
-    holds back (kinds ``o`` and ``p``: :func:`version_output`) in place of ``out_tag``."""
+    holds back (kinds ``o`` and ``p``: :func:`version_output`) in place of ``out_tag``.
+
+    ``local``: the task reads the stored traces and the changes held back from this machine's
+    files itself (the table then holds the sources' changes, the output held back and a
+    row of ``SRC`` ``-1``, so the task runs when nothing is new)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seen = list(batches)
@@ -423,10 +428,19 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             return
         src = table.column(SRC)
         n = len(program.sources)
-        sources = [source_table(table.filter(pc.equal(src, j)), j, c) for j, c in enumerate(program.sources)]
-        state = []
         spec_list = specs(program)
+        sources, state = [], []
+        for j, c in enumerate(program.sources):
+            rows = table.filter(pc.equal(src, j))
+            if local is not None:
+                own = rows.select([tag_name(j, i) for i in range(len(c))])
+                rows = concat_tables([own, read_local(local.held[j], held_tags[j], own.schema, local.cache)],
+                                     own.schema)
+            sources.append(source_table(rows, j, c))
         for k, sp in enumerate(spec_list):
+            if local is not None:
+                state.append(read_local(local.traces[k], tags[k], sp.schema, local.cache))
+                continue
             part = table.filter(pc.equal(src, n + k))
             state.append(pa.Table.from_arrays([part.column(tag_name(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
@@ -450,6 +464,17 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
 
 # ---------------------------------------------------------------------------------
 # the driver
+
+
+@dataclasses.dataclass(frozen=True)
+class Local:
+    """Where a loop's task reads its stored traces and held changes itself (:func:`task`):
+    the directories of each trace (by spec) and of each source's held changes, on this
+    machine, and the Arrow copies there."""
+
+    traces: Sequence[Sequence[str]]
+    held: Sequence[Sequence[str]]
+    cache: ArrowCache | None = None
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -485,6 +510,7 @@ class LoopUpdate:
     held_schemas: list[Any]
     out_tag: str
     out_schema: T.StructType  # the loop's change: the user's data columns, the time leaves, diff
+    local: Local | None = None  # the task reads the traces and held changes itself (not in union)
 
     def written(self, run: Any, sub: str, output: tuple[str, T.StructType], union: DataFrame | None = None,
                 final: bool = False) -> dict[str, str]:
@@ -501,8 +527,8 @@ class LoopUpdate:
         wide = T.StructType(fields)
         rows = self.union if union is None else union
         fn = task(self.program, self.cs.ttype, list(run.frontier), self.out_tag, self.tags, self.held_tags,
-                  arrow_schema(rows.sparkSession, wide), final=final)
-        files = run.write_wide(sub, rows.coalesce(1).mapInArrow(fn, wide))
+                  arrow_schema(rows.sparkSession, wide), final=final, local=self.local)
+        files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []
         return files
@@ -572,12 +598,20 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     # one task: the changes of the sources and the stored traces in, the loop's change and the new traces out
     tags = [tag(slot, k) for k in range(len(spec_list))]
     held_tags = [tag(slot, len(spec_list) + j) for j in range(n)]
-    union = None
+    traces = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
+    local = None
+    union: DataFrame | None = None
+    if all(d is not None for d in traces):  # on this machine: the task reads them itself
+        local = Local(traces[:len(tags)], traces[len(tags):], run.cache)  # type: ignore[arg-type]
+        union = spark.createDataFrame([(-1,)], f"{SRC} int")  # (the task runs when nothing is new)
     for j, (part, t, schema) in enumerate(zip(parts, held_tags, held_schemas)):
-        before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(SRC), *schema.names)
-        part = part.unionByName(before)
+        if local is None:
+            before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(SRC), *schema.names)
+            part = part.unionByName(before)
         union = part if union is None else union.unionByName(part, allowMissingColumns=True)
     for k, (t, schema) in enumerate(zip(tags, schemas)):
+        if local is not None:
+            break
         stored = run.read(run.traces.get(t, []), schema, t)
         part = stored.select(F.lit(n + k).alias(SRC),
                              *[F.col(f.name).alias(tag_name(n + k, i)) for i, f in enumerate(schema.fields)])
@@ -586,10 +620,11 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     out_schema = T.StructType([*[T.StructField(f.name, f.dataType, True) for f in user.fields if f.name in data],
                                *[T.StructField(c, T.LongType(), True) for c in leaf_names],
                                T.StructField(DIFF, T.LongType(), True)])
-    assert union is not None and run.write_wide is not None
-    lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema)
+    assert union is not None and run.write_task is not None
+    lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema,
+                    local)
     if run.defer_loop and run.deferred is None:
-        result = spark.createDataFrame([], user)
+        result = run.read([], user, "o")  # (an empty collection, made once per schema)
         run.deferred = (lu, result)
         return result
     files = lu.written(run, f"s{slot}", (lu.out_tag, out_schema))

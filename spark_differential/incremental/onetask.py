@@ -15,11 +15,16 @@ What differs is where it runs.  The query is recorded on the driver (no job:
 changes, the output held back before and every stored trace, runs every operator in
 order on Arrow tables (:func:`update_tables`), merges the traces the view's merge policy
 asks for (advanced to the new frontier and consolidated, as the distributed merge), and
-returns every collection the version stores.  A projection on its way to the version's
-one Parquet write gives the traces' rows their key bucket (Spark's hash of the key,
-as the distributed path wrote it) and the output its time type: **one Spark job**.  On
-this machine's filesystem the writing task also sends back the rows the update returns
+returns every collection the version stores, the traces' rows without their key bucket
+(the distributed path computes it where it reads them: Spark's hash, which the task does
+not compute).  On this machine's filesystem, with an integral time, the task writes them
+itself as it computes them (:meth:`~spark_differential.incremental.store.Store.write_task`);
+otherwise a projection gives the output its time type on the way to the version's one
+Parquet write: **one Spark job** either way.  On this machine's filesystem the writing
+task also sends back the rows the update returns
 (:func:`~spark_differential.incremental.store.writer`), so reading them is no second job.
+The task reads a large trace file by key, through an index kept beside its Arrow copy
+(:class:`Kept`, :meth:`~spark_differential.incremental.arrow_cache.ArrowCache.index`).
 
 The task holds the whole stored state, so the path is taken when Spark's estimate of
 what it reads is at most ``spark_differential.incremental.localRows`` rows
@@ -46,7 +51,7 @@ from spark_differential.core.collection import DIFF, integral_sql
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
-from spark_differential.engine.kernel_form import arrow_schema, bucket_sql
+from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
@@ -104,7 +109,7 @@ def _with_new(table: pa.Table, schema: pa.Schema, new: bool) -> pa.Table:
 
 def _stored(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """Kernel rows (no bucket; ``_new`` dropped) as rows of a stored trace (``schema``: the bucket
-    first, null here: the projection after the task computes it)."""
+    first, null here: it is computed where the distributed path reads the rows)."""
     rows = rows.drop_columns([NEW]) if NEW in rows.column_names else rows
     return conform(rows.add_column(0, BUCKET, pa.nulls(rows.num_rows, schema.field(0).type)), schema)
 
@@ -239,15 +244,24 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
 
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
          sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
-         schema: pa.Schema, cache: ArrowCache | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+         schema: pa.Schema, cache: ArrowCache | None = None, stored_out: pa.Schema | None = None
+         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the update: its input tagged by ``SRC`` (the inputs'
     changes ``0 .. n-1``, of ``sources``' schemas; the output held back, ``n``; then each
     trace's kept files ``n + 1 + 2k`` and merging files ``n + 2 + 2k``), its output the
     version's collections tagged by kind (``schema``): ``o`` and ``p`` (``out_schema``: the
     output's data, time leaves, diff, under the prefix ``ol``), each trace's newest file
     (its tag) and merged files (:attr:`StoredTrace.merged`).  ``cache``: the traces' files on
-    this machine are read through their memory-mapped Arrow copies."""
+    this machine are read through their memory-mapped Arrow copies.  ``stored_out`` (an
+    integral time): ``o`` and ``p`` come as the version stores them instead, the view's
+    columns under the prefix ``o``, the time leaf cast to the view's time type."""
     n = len(program.names)
+
+    def as_stored(rows: pa.Table) -> pa.Table:
+        assert stored_out is not None
+        nd = len(stored_out) - 2
+        cols = [*rows.columns[:nd], rows.column(nd).cast(stored_out.field(nd).type), rows.column(rows.num_columns - 1)]
+        return conform(pa.Table.from_arrays(cols, names=stored_out.names), stored_out)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         seen = list(batches)
@@ -274,7 +288,9 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
                                                          merging, ttype, frontier)
         kinds = {tr.tag: tr.merged for tr in traces}
-        parts = [("o", "ol", returned), ("p", "ol", held), *[(t, t, rows) for t, rows in new_rows.items()],
+        outs = [("o", "ol", returned), ("p", "ol", held)] if stored_out is None else [
+            ("o", "o", as_stored(returned)), ("p", "o", as_stored(held))]
+        parts = [*outs, *[(t, t, rows) for t, rows in new_rows.items()],
                  *[(kinds[t], t, rows) for t, rows in merged.items()]]
         for kind, prefix, rows in parts:
             if rows.num_rows:
@@ -288,7 +304,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
 
 
 def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, up: Update,
-          bucketing: tuple[int, int], operators: Sequence[Operator]) -> Written | None:
+          operators: Sequence[Operator]) -> Written | None:
     """The update ``up`` of a traced view in one task, if it may run there (the module
     docstring): what it wrote; ``None`` (after a log line saying why) when it runs
     distributed instead (:func:`spark_differential.incremental.traced.write`)."""
@@ -369,8 +385,11 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     out_fields = [*[T.StructField(f.name, f.dataType, True) for f in view_schema.fields[:-2]], *leaf_fields,
                   T.StructField(DIFF, T.LongType(), True)]
     out_struct = T.StructType(out_fields)
-    fields = [T.StructField(KIND, T.StringType(), True),
-              *[T.StructField(p, f.dataType, True) for p, f in zip(physical("ol", out_struct), out_fields)]]
+    # an integral time: the task gives the output as stored (prefix o), and writes the version itself
+    integral = integral_sql(ttype) is not None
+    out_named = zip(physical("o", view_schema), view_schema.fields) if integral else zip(physical("ol", out_struct),
+                                                                                          out_fields)
+    fields = [T.StructField(KIND, T.StringType(), True), *[T.StructField(p, f.dataType, True) for p, f in out_named]]
     for slot, operator in enumerate(operators):
         for side, schema in enumerate(operator.inputs):
             fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(tag(slot, side), schema),
@@ -382,10 +401,12 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     cache = ArrowCache.default(settings.arrow_cache_bytes(spark), settings.index_rows(spark)) if root is not None else None
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
-              arrow_schema(spark, wide), cache)
-    out = union.coalesce(1).mapInArrow(fn, wide)
-    stored = _as_stored(out, program, operators, view_schema, ttype, bucketing)
-    present = store.write_data(directory, stored, one_task=True, cache=cache)
+              arrow_schema(spark, wide), cache, arrow_schema(spark, view_schema) if integral else None)
+    if integral:
+        present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache).values())
+    else:
+        stored = _as_stored(union.coalesce(1).mapInArrow(fn, wide), view_schema, ttype)
+        present = store.write_data(directory, stored, one_task=True, cache=cache)
     trace_files = {}
     for tr in traces:
         files = list(kept_files[tr.tag])
@@ -420,34 +441,18 @@ def _matches(program: QueryProgram, operators: Sequence[Operator]) -> bool:
     return True
 
 
-def _as_stored(out: DataFrame, program: QueryProgram, operators: Sequence[Operator], view_schema: T.StructType,
-            ttype: TimeType, bucketing: tuple[int, int]) -> DataFrame:
-    """The task's output as the version's write stores it: the output's time leaves as its
-    time type (``_sd_o_*``, :func:`~spark_differential.incremental.storage.physical`), each
-    trace's new rows with their key bucket (Spark's hash of the key columns: the same
-    expression as the distributed path's, so either path reads the other's files).  One
-    projection in SQL text (one py4j round trip), the time decoded by its type's Columns
-    where it is not integral."""
+def _as_stored(out: DataFrame, view_schema: T.StructType, ttype: TimeType) -> DataFrame:
+    """The task's output (a time that is not integral) as the version's write stores it: the
+    output's time leaves decoded to its time type by its Columns (``_sd_o_*``,
+    :func:`~spark_differential.incremental.storage.physical`); the traces' rows as they are
+    (their bucket null: :meth:`spark_differential.incremental.traced.Run._keyed` computes it
+    where the distributed path reads them)."""
     nd, w = len(view_schema.fields) - 2, ttype.width
     ol = physical("ol", T.StructType([T.StructField(str(i), T.LongType()) for i in range(nd + w + 1)]))
     o = physical("o", view_schema)
-    sql_type = integral_sql(ttype)
-    exprs = [KIND, *[f"{a} AS {b}" for a, b in zip(ol[:nd], o[:nd])],
-             *([f"CAST({ol[nd]} AS {sql_type}) AS {o[nd]}"] if sql_type is not None else ol[nd:nd + w]),
-             f"{ol[nd + w]} AS {o[nd + 1]}"]
-    for slot, operator in enumerate(operators):
-        for side, schema in enumerate(operator.inputs):
-            t = tag(slot, side)
-            names = schema.fieldNames()
-            phys = physical(t, schema)
-            hashed = program.hashed[slot][side] if side < len(program.hashed[slot]) else tuple(
-                c for c in names if c.startswith("_k"))
-            bucket = bucket_sql([phys[names.index(c)] for c in hashed], *bucketing)
-            exprs += [f"CASE WHEN {KIND} = '{t}' THEN {bucket} ELSE {phys[0]} END AS {phys[0]}", *phys[1:]]
-    stored = out.selectExpr(*exprs)
-    if sql_type is None:  # (the columns' order does not matter: writes and reads go by name)
-        stored = stored.withColumn(o[nd], ttype.decode_columns([F.col(c) for c in ol[nd:nd + w]])).drop(*ol[nd:nd + w])
-    return stored
+    stored = out.withColumnsRenamed({**dict(zip(ol[:nd], o[:nd])), ol[nd + w]: o[nd + 1]})
+    # (the columns' order does not matter: writes and reads go by name)
+    return stored.withColumn(o[nd], ttype.decode_columns([F.col(c) for c in ol[nd:nd + w]])).drop(*ol[nd:nd + w])
 
 
 __all__ = ["StoredTrace", "task", "update_tables", "write"]

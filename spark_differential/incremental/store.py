@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -42,6 +43,7 @@ INLINE = "_sd_rows"  # a one-task write's result: the rows of a kind it wrote, a
 # the output an update returns comes back with its one-task write's result when at most this big (Arrow bytes)
 INLINE_BYTES = 8 << 20
 INLINE_KINDS = ("o",)
+_WRITTEN = f"{KIND} string, {INLINE} binary"  # what writer's tasks return
 MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 
@@ -67,6 +69,7 @@ class Store:
         # the rows of directories the last one-task write wrote, got back with its result (writer): only the
         # last write's, so a view kept for many updates holds one update's output at most
         self.inlined: dict[str, pa.Table] = {}
+        self._empty: dict[str, DataFrame] = {}  # read's empty collections, by schema
 
     # -- reading ---------------------------------------------------------------------------
     def manifests(self) -> list[tuple[int, str]]:
@@ -95,8 +98,11 @@ class Store:
         """One stored collection: the union of its files ``rels`` (one scan), with ``schema``'s column names.
 
         ``prefix`` names the collection's columns in the files (:func:`~.storage.physical`)."""
-        if not rels:
-            return self.spark.createDataFrame([], schema)
+        if not rels:  # (made once per schema: an empty DataFrame costs some 30 py4j round trips)
+            key = schema.json()
+            if key not in self._empty:
+                self._empty[key] = self.spark.createDataFrame([], schema)
+            return self._empty[key]
         names = physical(prefix, schema)
         stored = T.StructType([T.StructField(p, f.dataType, True) for p, f in zip(names, schema.fields)])
         df = self.spark.read.schema(stored).parquet(*[self.files.join(r) for r in rels])
@@ -140,17 +146,39 @@ class Store:
         returns the kinds written, no job commit; ``cache``: :func:`writer`'s), else Spark's writer does."""
         root = self.files.local_root() if one_task else None
         if root is not None:
-            rows = wide.mapInArrow(writer(f"{root}/{subdir}", cache), f"{KIND} string, {INLINE} binary").collect()
-            written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
-            self.inlined.clear()
-            for r in rows:
-                if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
-                    self.inlined[written[str(r[KIND])]] = pa.ipc.open_stream(bytes(r[INLINE])).read_all()
-            return written
+            return self._written(subdir, wide.mapInArrow(writer(f"{root}/{subdir}", cache), _WRITTEN).collect())
         wide.write.partitionBy(KIND).parquet(self.files.join(subdir))
         prefix = f"{KIND}="
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
                 if n.startswith(prefix)}
+
+    def write_task(self, subdir: str, rows: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                   wide: T.StructType, cache: ArrowCache | None = None) -> dict[str, str]:
+        """:meth:`write_wide` of the rows (``wide``: tagged by :data:`~.storage.KIND`) the ``mapInArrow``
+        function ``fn`` computes from ``rows`` in one task: on this machine's filesystem the same
+        Python worker writes them as it computes them (:func:`writer` after ``fn``: no second
+        Python stage, no Arrow round trip through the JVM), else Spark's writer does."""
+        root = self.files.local_root()
+        if root is None:
+            return self.write_wide(subdir, rows.mapInArrow(fn, wide))
+        write = writer(f"{root}/{subdir}", cache)
+        return self._written(subdir, rows.mapInArrow(lambda batches: write(fn(batches)), _WRITTEN).collect())
+
+    def _written(self, subdir: str, rows: Sequence[Any]) -> dict[str, str]:
+        """The directories of the kinds :func:`writer`'s tasks say they wrote (``rows``); the rows a
+        single task wrote of a kind it sent back are kept for :meth:`output`."""
+        written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
+        self.inlined.clear()
+        for r in rows:
+            if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
+                self.inlined[written[str(r[KIND])]] = pa.ipc.open_stream(bytes(r[INLINE])).read_all()
+        return written
+
+    def local_dirs(self, rels: Sequence[str]) -> list[str] | None:
+        """Stored directories (relative to the root) as paths of this machine's filesystem, where
+        the view is stored on it (``None``: elsewhere, read through Spark)."""
+        root = self.files.local_root()
+        return None if root is None else [f"{root}/{r}" for r in rels]
 
     def write_data(self, directory: str, wide: DataFrame, one_task: bool = False,
                    cache: ArrowCache | None = None) -> set[str]:

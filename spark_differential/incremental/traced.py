@@ -70,6 +70,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core import settings
 from spark_differential.core.collection import integral_sql
 from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, Loop, TimeType
@@ -78,10 +79,11 @@ from spark_differential.core.settings import buckets, shuffle_partitions
 from spark_differential.engine import call as seam
 from spark_differential.engine.call import Below, Handler, LoopCall, StatefulCall
 from spark_differential.engine.distributed import run_bucketed
-from spark_differential.engine.kernel_form import Input, bucket_sql, finish, key_hash, prepare, time_fields
+from spark_differential.engine.kernel_form import Input, bucket_of, bucket_sql, finish, key_hash, prepare, time_fields
 from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import onetask
+from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import check_output, data_fields
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view, write_version
@@ -133,8 +135,12 @@ class Run(Handler):
     stored: list[tuple[str, DataFrame, T.StructType]] = field(default_factory=list)
     kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
     frontier: Sequence[Leaves] = ()  # the update's new frontier (a loop's task advances its traces to it)
-    # write_wide(subdirectory, rows tagged by KIND) -> the files written, by tag (a loop's one write, by its task)
-    write_wide: Callable[[str, DataFrame], dict[str, str]] | None = None
+    # write_task(subdirectory, rows, fn, wide) -> the files written, by tag: a loop's one write, the rows (tagged by
+    # KIND, schema wide) computed by its task's mapInArrow function fn (Store.write_task)
+    write_task: Callable[[str, DataFrame, Any, T.StructType], dict[str, str]] | None = None
+    # stored directories as paths of this machine (None: not on it), and the Arrow copies there: a loop's task reads them
+    local_dirs: Callable[[Sequence[str]], list[str] | None] = lambda rels: None
+    cache: ArrowCache | None = None
     # the traces of loops (spark_differential.incremental.loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
     # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
@@ -185,7 +191,7 @@ class Run(Handler):
         if not written:  # no new updates: no output changes
             return self._empty(out_schema, out_columns, kernel_type)
         self.added.update(written)
-        news = [_with_hash(self._read([written[t]] if t in written else [], p.schema, t, True), h)
+        news = [self._keyed(self._read([written[t]] if t in written else [], p.schema, t, True), h)
                 for t, p, h in zip(tags, prepared, hashed)]
         # the keys the new updates touch (not deduplicated: a semi-join needs no distinct keys,
         # and a distinct would cost one more shuffle, one more job)
@@ -194,7 +200,7 @@ class Run(Handler):
             touched = touched.unionByName(n.select(BUCKET, KEY_HASH))
         sides = []
         for t, p, new, h in zip(tags, prepared, news, hashed):
-            old = _with_hash(self._read(self.traces.get(t, []), p.schema, t, False), h)
+            old = self._keyed(self._read(self.traces.get(t, []), p.schema, t, False), h)
             sides.append(old.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new))
         self.kernel_inputs.append((op, sides))
         out = run_bucketed(kernel, params, sides, out_schema)
@@ -242,13 +248,14 @@ class Run(Handler):
         if not written:  # no new updates: no output changes
             return self._empty(out_schema, out_columns, kernel_type)
         self.added.update(written)
-        new = _with_hash(self._read([written[t_rows]], rows.schema, t_rows, True), [*kcols, *acols])
+        new = self._keyed(self._read([written[t_rows]], rows.schema, t_rows, True), [*kcols, *acols], kcols)
         khash = key_hash([F.col(c) for c in kcols])
         # one broadcast for both semi-joins: the rows' hashes and the keys' hashes (a row hash
         # equal to a key hash by chance only adds rows the kernel finds unchanged)
         touched = new.select(BUCKET, KEY_HASH).unionByName(new.select(BUCKET, khash.alias(KEY_HASH)))
-        old_rows = _with_hash(self._read(self.traces.get(t_rows, []), rows.schema, t_rows, False), [*kcols, *acols])
-        old_tot = _with_hash(self.read(self.traces.get(t_tot, []), tot_schema, t_tot), kcols)
+        old_rows = self._keyed(self._read(self.traces.get(t_rows, []), rows.schema, t_rows, False), [*kcols, *acols],
+                               kcols)
+        old_tot = self._keyed(self.read(self.traces.get(t_tot, []), tot_schema, t_tot), kcols)
         sides = [old_rows.join(touched, [BUCKET, KEY_HASH], "left_semi").unionByName(new),
                  old_tot.join(touched, [BUCKET, KEY_HASH], "left_semi")]
         self.kernel_inputs.append((op, sides))
@@ -268,6 +275,17 @@ class Run(Handler):
             *[c.alias(f.name) for c, f in zip(tot_cols, tot_schema.fields)]), tot_schema))
         changes = out.where(F.col(ktotals.TAG) == 0).select(*[f.name for f in out_schema.fields])
         return finish(changes, out_columns, kernel_type)
+
+    def _keyed(self, df: DataFrame, hashed: Sequence[str], bucketed: Sequence[str] | None = None) -> DataFrame:
+        """Stored trace rows (kernel form) with their key hash ``_sd_h`` and bucket again, as
+        :func:`~spark_differential.engine.kernel_form.prepare` computed them: the
+        :func:`~spark_differential.engine.kernel_form.key_hash` of the columns ``hashed`` (kernel
+        names), the bucket of that of ``bucketed`` (by default the same).  Neither is stored: the
+        hash is 8 incompressible bytes a row, and a file an update wrote inside one task holds no
+        bucket (its task does not compute Spark's hash)."""
+        df = df.withColumn(KEY_HASH, key_hash([F.col(c) for c in hashed]))
+        khash = F.col(KEY_HASH) if bucketed is None else key_hash([F.col(c) for c in bucketed])
+        return df.withColumn(BUCKET, bucket_of(khash, self.nbuckets, self.nparts))
 
     def _read(self, files: Sequence[str], schema: T.StructType, name: str, new: bool) -> DataFrame:
         assert self.read is not None
@@ -374,8 +392,10 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     version (one job); otherwise it is called again, the loop written apart."""
     state, ttype, directory, new_front = up.state, up.ttype, up.directory, up.new_front
     spark = store.spark
-    changes = {n: up.incoming.get(n, spark.createDataFrame([], up.schemas[n])) for n in up.schemas}
+    changes = {n: up.incoming[n] if n in up.incoming else spark.createDataFrame([], up.schemas[n]) for n in up.schemas}
     old_traces = dict(state.trace_files) if state is not None else {}
+    cache = (ArrowCache.default(settings.arrow_cache_bytes(spark), settings.index_rows(spark))
+             if store.files.local_root() is not None else None)
 
     def called(defer: bool) -> tuple[Run, DataFrame]:
         run = Run(
@@ -383,7 +403,8 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             expected=operators,
             traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
             read=store.read, where=up.where, frontier=new_front,
-            write_wide=lambda sub, wide: store.write_wide(f"{directory}/{sub}", wide, one_task=True), defer_loop=defer,
+            write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide, cache),
+            local_dirs=store.local_dirs, cache=cache, defer_loop=defer,
         )
         with collecting() as history_ops, seam.handling(run):
             result = query(**changes)
@@ -401,7 +422,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     one_loop = (len(operators) == 1 and operators[0].op == "dd_iterate" and integral_sql(ttype) is not None
                 and all(operators[0].side(j) == LOOP for j in range(len(operators[0].inputs))))
     if not one_loop:  # a small update: the whole query in one task (one job), if it can run there
-        written = onetask.write(store, query, policy, up, bucketing, operators)
+        written = onetask.write(store, query, policy, up, operators)
         if written is not None:
             return written, []
     run, result = called(one_loop)
@@ -475,13 +496,6 @@ def _loop_version(store: Store, up: Update, run: Run) -> Written:
         pending_files=[files["p"]] if "p" in files else [],
         operators=tuple(run.operators),
     )
-
-
-def _with_hash(df: DataFrame, hashed: Sequence[str]) -> DataFrame:
-    """Stored trace rows (kernel form, no key hash) with their key hash ``_sd_h`` again: the
-    :func:`~spark_differential.engine.distributed.key_hash` of the columns ``hashed`` (kernel names),
-    as :func:`~spark_differential.engine.distributed.prepare` computed it."""
-    return df.withColumn(KEY_HASH, key_hash([F.col(c) for c in hashed]))
 
 
 def _by_totals(kernel: Callable[..., Any], params: Any) -> bool:

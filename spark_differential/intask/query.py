@@ -29,7 +29,7 @@ from spark_differential.core.collection import DIFF, TIME
 from spark_differential.core.lattice import TimeType
 from spark_differential.core.session import is_connect
 from spark_differential.engine.call import Below, ConcatCall, Handler, LoopCall, StatefulCall, handling
-from spark_differential.engine.kernel_form import hashed_names, time_fields
+from spark_differential.engine.kernel_form import time_fields
 from spark_differential.intask.program import Concat, Stateful, StepInput
 from spark_differential.intask.record import KernelSchemas, translator_for
 from spark_differential.intask.relation import Relation, Untranslatable, leaves
@@ -45,7 +45,6 @@ class QueryProgram:
 
     steps: tuple[Stateful | Concat, ...]
     ops: tuple[str, ...]
-    hashed: tuple[tuple[tuple[str, ...], ...], ...]  # per stateful step and input: the kernel columns its bucket hashes
     output: Relation
     data: tuple[str, ...]
     width: int
@@ -65,7 +64,6 @@ class QueryRecorder(Handler, KernelSchemas):
         self.width = width
         self.steps: list[Stateful | Concat] = []
         self.ops: list[str] = []
-        self.hashed: list[tuple[tuple[str, ...], ...]] = []
         self.tables: dict[str, tuple[str, Sequence[str]]] = {}
         self.connect = is_connect(spark)
         self.translator = translator_for(spark, self.tables, width)
@@ -96,7 +94,6 @@ class QueryRecorder(Handler, KernelSchemas):
         self.steps.append(Stateful(name, call.kernel, call.params, call.shape.key, tuple(step_inputs), out_schema,
                                    call.out_columns, self.width))
         self.ops.append(call.op)
-        self.hashed.append(tuple(tuple(hashed_names(inp)) for inp in call.inputs))
         return self.placeholder(name, call.user_fields())
 
     def concat(self, call: ConcatCall, below: Below) -> DataFrame:
@@ -132,7 +129,7 @@ def record_query(spark: Any, query: Callable[..., DataFrame], schemas: Mapping[s
         output = rec.translator.relation(out, [*data, TIME, DIFF])
     columns = tuple(tuple(c for c in s.fieldNames() if c not in (TIME, DIFF)) + (*leaves(ttype.width), DIFF)
                     for s in (schemas[n] for n in names))
-    program = QueryProgram(tuple(rec.steps), tuple(rec.ops), tuple(rec.hashed), output, tuple(data),
+    program = QueryProgram(tuple(rec.steps), tuple(rec.ops), output, tuple(data),
                            ttype.width, names, tables, columns)
     return program, out
 
