@@ -247,7 +247,7 @@ class IncrementalView:
         store.mkdirs(directory)
         up = Update(
             op, self.path, state, schemas,
-            {n: incoming(op, n, new[n][2].select(*[f.name for f in schemas[n].fields]), ttype, old_front, late)
+            {n: incoming(op, n, _in_order(new[n][2], schemas[n].names), ttype, old_front, late)
              for n in names if n in new},
             ttype, old_front, new_front, directory,
         )
@@ -414,6 +414,12 @@ def incremental(
     if spark is None:
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
     return IncrementalView(spark, path, query, keep=keep, compact=compact, compact_every=compact_every, stage=stage)
+
+
+def _in_order(df: DataFrame, names: list[str]) -> DataFrame:
+    """``df``'s columns ``names``, in that order (``df`` itself when they are its columns: a
+    projection costs a py4j round trip or two per column)."""
+    return df if df.columns == names else df.select(*names)
 
 
 __all__ = ["KILL_ENV", "IncrementalView", "incremental", "lift", "lift_updates", "upset_coefficients"]
