@@ -116,8 +116,9 @@ def _stored(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 @dataclass(frozen=True)
 class Kept:
-    """A stored trace as the task read it from this machine: each file's path and rows (as
-    ``schema``), read by key through ``cache``'s indexes of its large files
+    """A stored trace as the task has it: each file's path and rows (as ``schema``; one part
+    with no path when Spark's scan brought the rows), read by key through ``cache``'s indexes
+    of its large files on this machine
     (:meth:`~spark_differential.incremental.arrow_cache.ArrowCache.index`)."""
 
     files: Sequence[tuple[str, pa.Table]]
@@ -135,33 +136,31 @@ class Kept:
         rows), a scan of the others."""
         parts = []
         for f, t in self.files:
-            index = self.cache.index(f, t, cols) if self.cache is not None else None
+            index = self.cache.index(f, t, cols) if self.cache is not None and f else None
             parts.append(index.touching(t, keys) if index is not None else native.touching(t, keys, cols))
         return concat_tables(parts, self.schema)
 
 
-def _touching(old: pa.Table | Kept, news: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
+def _touching(old: Kept, news: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
     """The rows of ``old`` whose ``cols`` some row of ``news`` has (no ``cols``: every row, if any is new)."""
     present = [n.select(list(cols)) for n in news if n.num_rows]
-    table = old.table if isinstance(old, Kept) and not (present and cols) else old
     if not present:
-        return table.slice(0, 0)
+        return old.schema.empty_table()
     if not cols:
-        return table
-    keys = pa.concat_tables(present)
-    return old.touching(keys, cols) if isinstance(old, Kept) else native.touching(old, keys, cols)
+        return old.table
+    return old.touching(pa.concat_tables(present), cols)
 
 
 def update_tables(program: QueryProgram, operators: Sequence[Operator], sources: Sequence[pa.Table],
-                  pending: pa.Table, stored: Mapping[str, pa.Table | Kept], traces: Sequence[StoredTrace],
+                  pending: pa.Table, stored: Mapping[str, Kept], traces: Sequence[StoredTrace],
                   merging: Mapping[str, pa.Table], ttype: TimeType, frontier: Sequence[Leaves]
                   ) -> tuple[pa.Table, pa.Table, dict[str, pa.Table], dict[str, pa.Table]]:
     """One update of a traced view over Arrow tables (the module docstring).
 
     ``sources``: each input's changes (user columns: data, time leaves, diff, in the order of
     ``program.names``); ``pending``: the output held back by earlier updates (the output's
-    columns); ``stored``: every trace's rows by tag (its files', ``merging``'s included; a
-    :class:`Kept` when the task read them itself, then read by key);
+    columns); ``stored``: every trace's rows by tag (its files', ``merging``'s included, read
+    by key);
     ``merging``: the rows of the files that merge, by tag.  Returns what the update returns
     and holds back (both consolidated), each trace's new rows (its newest file) and each
     merging trace's merged rows (advanced to ``frontier`` and consolidated)."""
@@ -209,7 +208,7 @@ def update_tables(program: QueryProgram, operators: Sequence[Operator], sources:
     return returned, kept, new_rows, merged
 
 
-def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, pa.Table | Kept],
+def _by_totals(step: Stateful, slot: int, new: pa.Table, stored: Mapping[str, Kept],
                by_tag: Mapping[str, StoredTrace], new_rows: dict[str, pa.Table]) -> pa.Table:
     """A count or exact sum (:mod:`spark_differential.kernels.totals`): its kernel over the new rows
     and the stored rows of the rows they change, and the totals of the keys they touch; its
@@ -270,21 +269,18 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         table = pa.Table.from_batches(seen)
         inputs = [_part(table, j, s) for j, s in enumerate(sources)]
         pending = _part(table, n, out_schema)
-        stored: dict[str, pa.Table | Kept] = {}
+        stored: dict[str, Kept] = {}
         merging: dict[str, pa.Table] = {}
         for k, tr in enumerate(traces):
             if tr.kept is not None:  # read here, file by file
                 files = read_local_files(tr.kept, tr.tag, tr.schema, cache)
-                if tr.merged is not None:
-                    merged_files = read_local_files(tr.merging, tr.tag, tr.schema, cache)
-                    merging[tr.tag] = concat_tables([t for _, t in merged_files], tr.schema)
-                    files += merged_files
-                stored[tr.tag] = Kept(files, tr.schema, cache)
-                continue
-            stored[tr.tag] = _part(table, n + 1 + 2 * k, tr.schema)
+                merged_files = read_local_files(tr.merging, tr.tag, tr.schema, cache) if tr.merged else []
+            else:  # brought by Spark's scan
+                files = [("", _part(table, n + 1 + 2 * k, tr.schema))]
+                merged_files = [("", _part(table, n + 2 + 2 * k, tr.schema))] if tr.merged else []
             if tr.merged is not None:
-                merging[tr.tag] = _part(table, n + 2 + 2 * k, tr.schema)
-                stored[tr.tag] = concat_tables([stored[tr.tag], merging[tr.tag]], tr.schema)
+                merging[tr.tag] = concat_tables([t for _, t in merged_files], tr.schema)
+            stored[tr.tag] = Kept([*files, *merged_files], tr.schema, cache)
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
                                                          merging, ttype, frontier)
         kinds = {tr.tag: tr.merged for tr in traces}
@@ -399,7 +395,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                                                  *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
                for nm, cols in zip(program.names, program.columns)]
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
-    cache = ArrowCache.default(settings.arrow_cache_bytes(spark), settings.index_rows(spark)) if root is not None else None
+    cache = store.arrow_cache()
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
               arrow_schema(spark, wide), cache, arrow_schema(spark, view_schema) if integral else None)
     if integral:

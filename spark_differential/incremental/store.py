@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from spark_differential.core import settings
 from spark_differential.core.lazy import lazy
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
@@ -173,6 +174,14 @@ class Store:
             if r[INLINE] is not None and sum(q[KIND] == r[KIND] for q in rows) == 1:  # one task wrote it all
                 self.inlined[written[str(r[KIND])]] = pa.ipc.open_stream(bytes(r[INLINE])).read_all()
         return written
+
+    def arrow_cache(self) -> ArrowCache | None:
+        """Where a task on this machine keeps Arrow copies (and indexes) of this view's files:
+        :meth:`ArrowCache.default <spark_differential.incremental.arrow_cache.ArrowCache.default>`
+        under the session's settings; ``None`` when the view is not on this machine's filesystem."""
+        if self.files.local_root() is None:
+            return None
+        return ArrowCache.default(settings.arrow_cache_bytes(self.spark), settings.index_rows(self.spark))
 
     def local_dirs(self, rels: Sequence[str]) -> list[str] | None:
         """Stored directories (relative to the root) as paths of this machine's filesystem, where

@@ -70,7 +70,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core import settings
 from spark_differential.core.collection import integral_sql
 from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, Loop, TimeType
@@ -394,8 +393,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     spark = store.spark
     changes = {n: up.incoming[n] if n in up.incoming else spark.createDataFrame([], up.schemas[n]) for n in up.schemas}
     old_traces = dict(state.trace_files) if state is not None else {}
-    cache = (ArrowCache.default(settings.arrow_cache_bytes(spark), settings.index_rows(spark))
-             if store.files.local_root() is not None else None)
+    cache = store.arrow_cache()
 
     def called(defer: bool) -> tuple[Run, DataFrame]:
         run = Run(
