@@ -317,7 +317,7 @@ def stage_of(path: Any) -> int:
 
 @pytest.mark.parametrize("name,stage,where", [("int", 2, "one_task"), ("product2", 2, "one_task"),
                                               ("int", 2, "one_task_indexed"), ("int", 2, "one_task_remote"),
-                                              ("int", 2, "alternating"),
+                                              ("int", 2, "alternating"), ("product2", 2, "alternating"),
                                               ("int", 2, "distributed"), ("product2", 2, "distributed"),
                                               ("int", 1, "")])
 def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, monkeypatch, name: str, stage: int,
