@@ -217,6 +217,22 @@ def test_collections_in_an_incremental_view(spark, tmp_path) -> None:
     assert_updates_equal(consolidate(got), want)
 
 
+def test_few_local_rows_are_not_cut(spark) -> None:
+    """A key-less join of a few local rows is one range: its plan has no quantiles and no carried
+    rows (no stage of their own); the same join over rows Spark does not hold already is cut."""
+    left = spark.createDataFrame([(i, i * 3) for i in range(20)], "t long, x long")
+    right = spark.createDataFrame([(i * 2, i) for i in range(20)], "t long, y long")
+
+    def plan(df: Any) -> str:
+        return df._jdf.queryExecution().optimizedPlan().toString()
+
+    assert "percentile_approx" not in plan(left.dd_merge_asof(right, on="t"))
+    assert "percentile_approx" in plan(left.repartition(2).dd_merge_asof(right, on="t"))
+    assert "percentile_approx" in plan(left.dd_merge_asof(right, on="t", ranges=2))
+    got = sorted(tuple(r) for r in left.dd_merge_asof(right, on="t").collect())
+    assert got == [(t, 3 * t, t // 2) for t in range(20)]
+
+
 def test_plain_tables_split_into_ranges(spark) -> None:
     """A key's timeline cut into ranges of the match value (each range carrying the right rows
     next to it): the same rows as the oracle, keyed (ranges=3) and key-less (ranges=4, and
@@ -239,8 +255,11 @@ def test_plain_tables_split_into_ranges(spark) -> None:
         # key-less: each side's case as a data column
         lk = left.drop("k")
         rk = right.drop("k").withColumnRenamed("case", "rcase")
-        out = lk.dd_merge_asof(rk, tolerance=tol, direction=direction, allow_exact_matches=exact, how=how,
-                               ranges=4 if i else None, **kw)
+        # the automatic choice over rows Spark does not hold already (a repartition): cut; local rows are
+        # not (test_few_local_rows_are_not_cut)
+        out = (lk if i else lk.repartition(2)).dd_merge_asof(rk, tolerance=tol, direction=direction,
+                                                             allow_exact_matches=exact, how=how,
+                                                             ranges=4 if i else None, **kw)
         spec = Spec((), (), 1, 1, (0, 2), direction, exact, tol, how, nulls_equal)
         if how in ("semi", "anti"):
             shape = lambda lr, rr: tuple(lr)  # noqa: E731

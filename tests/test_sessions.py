@@ -5,9 +5,10 @@
 * ``local-cluster[2,1,1024]``: separate executor JVMs with their own Python workers
   (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
   small pipeline, ``spark_differential.intask.pipeline``) and operator by operator, also with its
-  kernels failing their first attempt, a BFS in slices of time and in key partitions, and an
-  incremental view's updates each in one task; the BFS on local-cluster runs in
-  ``test_docs_examples.py::test_bfs_example_on_local_cluster`` (both loop paths).
+  kernels failing their first attempt, a BFS iteration by iteration (the distributed loop),
+  in slices of time and in key partitions, and an incremental view's updates each in one
+  task; the BFS example runs on local-cluster inside one task in
+  ``test_docs_examples.py::test_bfs_example_on_local_cluster``.
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
   (in one task and operator by operator), of a distributed BFS and of an incremental view's
   one-task updates fails its first attempt (the test-only
@@ -174,7 +175,7 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 def test_join_count_on_local_cluster_also_with_retried_tasks():
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs_sliced,bfs_keys,"
+    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs,bfs_sliced,bfs_keys,"
                    "view_join_count", faults="join_count,join_count_by_operator")
     for job, fused in (("join_count", True), ("join_count_by_operator", False)):
         runs = out[job]
@@ -182,6 +183,11 @@ def test_join_count_on_local_cluster_also_with_retried_tasks():
         assert runs["faults"]["rows"] == runs["plain"]["rows"]
         assert runs["faults"]["failed_attempts"] > 0 and runs["plain"]["failed_attempts"] == 0
         assert any(FUSED in m for m in runs["plain"]["log"]) == fused, (job, runs["plain"]["log"])
+    # the distributed loop, iteration by iteration: each iteration's jobs over both executors
+    loop = out["bfs"]["plain"]
+    assert_updates_equal(updates(loop), expected("bfs").updates)
+    assert changes(loop["log"]) and changes(loop["log"])[-1] == 0, loop["log"]
+    assert not any("inside one task" in m for m in loop["log"]), loop["log"]
     # a loop in slices of time, each slice's task on either executor
     sliced = out["bfs_sliced"]["plain"]
     assert_updates_equal(updates(sliced), expected("bfs_sliced").updates)

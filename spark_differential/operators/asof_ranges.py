@@ -21,7 +21,9 @@ their own: a one-row aggregate broadcast to both sides, the number of ranges fol
 its row count (:data:`RANGE_ROWS` left rows per range), each row's range found by a
 binary search written as nested ``CASE``\\ s.  Right and full joins are not split (a
 right row's fate depends on every range's picks), nor are string, binary or boolean
-match values (no numeric order to take quantiles of).
+match values (no numeric order to take quantiles of).  Nor is a join whose left side Spark's
+plan knows to be at most :data:`MIN_RANGE_ROWS` rows it holds already (local rows, a cached
+table: :func:`few_rows`): it would be one range anyway.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pyspark.sql import types as T
 from spark_differential.core import settings
 from spark_differential.core.collection import INTEGRAL_TYPES
 from spark_differential.engine.distributed import run_pair_sql
+from spark_differential.intask.sources import estimated_rows
 from spark_differential.kernels import asof_merge as kmerge
 from spark_differential.kernels.common import keys, names
 
@@ -86,6 +89,15 @@ class Split:
     ranges: int | None = None
 
 
+def few_rows(df: DataFrame) -> bool:
+    """Whether Spark's plan says, without a job, that ``df`` holds at most :data:`MIN_RANGE_ROWS`
+    rows it has already (local rows, a cached table): a join of so few left rows is one range,
+    and not cutting it spares the quantiles' and the carried rows' stages."""
+    estimate = estimated_rows([df])
+    rows = estimate.rows if estimate.known else estimate.bound  # (a Python list's: bounded by its batches)
+    return estimate.held and rows is not None and rows <= MIN_RANGE_ROWS
+
+
 def splittable(p: kmerge.MergeAsofParams, split: Split | None, right_types: Sequence[T.DataType]) -> bool:
     """Whether the join can be cut into ranges (see the module docstring)."""
     if split is None or split.ranges == 1 or p.rule.how in ("right", "full"):
@@ -102,7 +114,7 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     kernel column names), as ``schema`` (the output names of ``out_columns``); cut into
     ranges of the match value when ``split`` says so and the join allows it."""
     kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in out_columns], schema.names)
-    if split is None or not splittable(p, split, right_types):
+    if split is None or not splittable(p, split, right_types) or (split.ranges is None and few_rows(sides[0][0])):
         return run_pair_sql(kernel, p, sides, p.nkeys, schema)
     (ldf, litems, llabels), (rdf, ritems, rlabels) = sides
     left = ldf.selectExpr(*[f"{i} AS {n}" for i, n in zip(litems, llabels)])
