@@ -623,8 +623,26 @@ def test_state_of_another_format_is_a_named_error(spark, tmp_path) -> None:
     path = tmp_path / "v"
     (path / "_manifests").mkdir(parents=True)
     (path / "_manifests" / "v00000001.json").write_text(json.dumps({"format": 1, "version": 1}))
-    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads formats 2 and 3.*Rebuild the view"):
+    with no_spark_job(spark), pytest.raises(IncrementalStateError, match=r"format 1.*reads formats 2, 3 and 4.*Rebuild the view"):
         _ = sd.incremental(str(path), counts).frontier
+
+
+def test_state_of_format_3_is_read_and_updated(spark, tmp_path) -> None:
+    """A view whose manifest says format 3 (written by the version before format 4, whose trace
+    files held their key bucket) is read and updated; the next manifest says format 4."""
+    path = tmp_path / "v"
+    schema = "k long, x long, time long, diff long"
+    first = [(k, x, 0, 1) for k, x in [(1, 1), (1, 2), (2, 5)]]
+    view = sd.incremental(str(path), counts)
+    got = rows_of(view.update(upto=1, a=spark.createDataFrame(first, schema)))
+    newest = sorted((path / "_manifests").glob("v*.json"))[-1]
+    m = json.loads(newest.read_text())
+    assert m["format"] == 4
+    newest.write_text(json.dumps({**m, "format": 3}))
+    later = [(1, 3, 1, 1), (2, 5, 1, -1)]
+    got += rows_of(sd.incremental(str(path), counts).update(upto=2, a=spark.createDataFrame(later, schema)))
+    assert json.loads(sorted((path / "_manifests").glob("v*.json"))[-1].read_text())["format"] == 4
+    assert_updates_equal(consolidate(got), rows_of(counts(spark.createDataFrame(first + later, schema))))
 
 
 KILLED = r"""

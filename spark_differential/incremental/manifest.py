@@ -6,8 +6,10 @@ directory (:class:`Update` says what it works on, :class:`Written` what its stra
 stored), and commits it by writing one manifest naming the version's frontier, batch id,
 schemas, strategy (``stage``: 1 the rerun strategy, 2 the traced one; the stored number
 is kept for compatibility), stateful operators and files (:meth:`State.to_json`).
-Format 3 manifests; format 2 ones (written before the traced strategy existed) are read
-as rerun ones.
+Format 4 manifests.  Format 3 ones are read the same way; format 4 says that trace
+files written inside one task hold no key bucket (readers compute it from the keys), which
+a version that reads format 3 only would misread, so it refuses them by their format.
+Format 2 ones (written before the traced strategy existed) are read as rerun ones.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from spark_differential.core.lattice import Leaves, TimeType, from_spark_type
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.storage import Operator, part
 
-FORMAT = 3  # 3: with the traced strategy (stage 2); format 2 manifests (the rerun strategy only) are still read
-READS = (2, 3)
+# 4: trace files written inside one task hold no bucket; 3: the traced strategy (stage 2); 2: the rerun strategy only
+FORMAT = 4
+READS = (2, 3, 4)
 RERUN, TRACED = 1, 2  # the strategies, as a manifest's (and sd.incremental's) ``stage`` numbers them
 
 
@@ -104,7 +107,7 @@ class State:
         if m.get("format") not in READS:
             raise IncrementalStateError(
                 f"sd.incremental: the state has format {m.get('format')!r}; this version reads formats "
-                f"{' and '.join(map(str, READS))} (format 1 stored each collection in its own Parquet directory). "
+                f"{', '.join(map(str, READS[:-1]))} and {READS[-1]} (format 1 stored each collection in its own Parquet directory). "
                 "Rebuild the view at a new path by replaying its inputs, or read it with the library version that "
                 "wrote it."
             )
