@@ -21,7 +21,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import DIFF, TIME, checked, inspect, integral_sql, quoted, sql_text
+from spark_differential.core.collection import (
+    DIFF,
+    TIME,
+    checked,
+    guard_expr,
+    guarded_sql,
+    inspect,
+    integral_sql,
+    quoted,
+    sql_text,
+)
 from spark_differential.core.lattice import Antichain, Leaves, TimeType, Total
 from spark_differential.errors import (
     FrontierError,
@@ -172,8 +182,14 @@ def frontier_value(ttype: TimeType, frontier: Sequence[Leaves]) -> Any:
     return [ttype.decode_value(f) for f in frontier]
 
 
-def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves]) -> DataFrame:
+def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[Leaves],
+               nulls: str | None = None) -> DataFrame:
     """``df`` unchanged, but the job writing it fails with :class:`LateUpdateError` at a late update.
+
+    ``nulls`` (an integral time only): also fail at a null ``time`` or ``diff`` with
+    :class:`~spark_differential.errors.NullValueError` named for the operation ``nulls``, in the
+    same projection (:func:`~spark_differential.core.collection.checked`'s check, before the
+    late one: a null time is never called late).
 
     >>> import spark_differential as sd
     >>> from spark_differential.core.lattice import Total
@@ -186,11 +202,13 @@ def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[L
              "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
              "frontier on.")
     if integral_sql(ttype) is not None:  # SQL text: one selectExpr, not a few py4j round trips per Column
-        t = quoted(TIME)
+        schema = df.schema
+        t = quoted(TIME) if nulls is None else guard_expr(schema, TIME, nulls)
         inside = " OR ".join(f"{t} >= {int(f[0])}" for f in front) or "false"
         msg = f"concat({sql_text(before)}, coalesce(CAST({t} AS STRING), 'null'), {sql_text(after)})"
-        guarded = f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END AS {t}"
-        return df.selectExpr(*[guarded if c == TIME else quoted(c) for c in df.columns])
+        guarded = f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END AS {quoted(TIME)}"
+        return df.selectExpr(*[guarded if c == TIME else quoted(c) if nulls is None else guarded_sql(schema, c, nulls)
+                               for c in df.columns])
     msg_col = F.concat(F.lit(before), F.coalesce(F.col(TIME).cast("string"), F.lit("null")),  # never a null message
                        F.lit(after))
     guarded_col = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg_col))
@@ -206,7 +224,10 @@ def incoming(
     update's meets the operators' own checks): no late guard or lift ever sees, drops or moves one."""
     if front is None:
         return df
-    df = checked(df, inspect(df, op=op, side=f"input `{name}`"), f"{op} (input `{name}`)")
+    nulls = f"{op} (input `{name}`)"
+    if late == "error" and integral_sql(ttype) is not None:  # both checks in one projection
+        return late_guard(op, name, df, ttype, front, nulls=nulls)
+    df = checked(df, inspect(df, op=op, side=f"input `{name}`"), nulls)
     if late == "error":
         return late_guard(op, name, df, ttype, front)
     return lift(df, ttype, front).select(*df.columns)
