@@ -57,3 +57,27 @@ def test_the_writer_returns_the_output_rows_it_wrote_and_only_those(tmp_path, mo
     monkeypatch.setattr(store, "INLINE_BYTES", 8)
     (result,) = list(writer(str(tmp_path / "big"))(iter([_batch()])))
     assert result.column(1).null_count == result.num_rows
+
+
+def test_the_part_writer_stores_what_the_writer_stores_from_the_padded_rows(tmp_path) -> None:
+    """A task's collections written as they are computed (``part_writer``: no row padded with the
+    other kinds' null columns) give the files, result and inlined output of ``writer`` over the
+    same collections as wide rows (``widened``, what Spark's writer gets); empty parts write
+    nothing."""
+    from spark_differential.incremental.store import part_writer, widened
+
+    schema = _batch().schema
+    out = pa.table({"name": ["a", "c"], "x": [1, 3]})
+    parts = [("o", out, "o"), ("p", pa.table({"name": ["b"], "x": [2]}), "o"),
+             ("s0_0", pa.table({"b": [7], "k": [10]}), None), ("s0_0c", pa.table({"b": [8], "k": [20]}), "s0_0"),
+             ("s1_0", pa.table({"b": pa.array([], pa.int64())}), None)]
+    fn = lambda batches: iter(parts)  # noqa: E731 - the task's function, its input ignored
+    (by_parts,) = list(part_writer(str(tmp_path / "a"), schema)(fn(iter([]))))
+    (by_rows,) = list(writer(str(tmp_path / "b"))(widened(fn, schema)(iter([]))))
+    assert by_parts.to_pylist() == by_rows.to_pylist()
+    assert sorted(by_parts.column(0).to_pylist()) == ["o", "p", "s0_0", "s0_0c"]
+    for kind in ("o", "p", "s0_0", "s0_0c"):
+        (a,), (b,) = parquet_files(f"{tmp_path}/a/_sd_kind={kind}"), parquet_files(f"{tmp_path}/b/_sd_kind={kind}")
+        assert pq.read_table(a).equals(pq.read_table(b)), kind
+    assert pq.read_table(parquet_files(f"{tmp_path}/a/_sd_kind=s0_0c")[0]).to_pylist() == [
+        {"_sd_s0_0_0": 8, "_sd_s0_0_1": 20}]

@@ -75,11 +75,10 @@ from spark_differential.core.collection import DIFF, TIME, CollectionSchema, int
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import SRC
-from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
-from spark_differential.incremental.store import read_local, wide_rows
+from spark_differential.incremental.store import Part, read_local
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
@@ -406,9 +405,10 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
-         held_tags: Sequence[str], schema: pa.Schema, final: bool = False, local: Local | None = None
-         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of a loop's update: read the sources' changes (``SRC`` ``0 ..
+         held_tags: Sequence[str], final: bool = False, local: Local | None = None
+         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+    """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
+    read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
     :func:`loop_update`, and yield the loop's change (kind ``out_tag``), the new traces (kinds
     ``tags``) and the changes held back (kinds ``held_tags``, one per source).
@@ -421,7 +421,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
     files itself (the table then holds the sources' changes, the output held back and a
     row of ``SRC`` ``-1``, so the task runs when nothing is new)."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
         table = pa.Table.from_batches(seen) if seen else None
         if table is None:
@@ -456,8 +456,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             returned, kept = version_output(out, pending, ttype, frontier, program.width)
             outputs = [("o", returned, "o"), ("p", kept, "o")]
         for t, rows, prefix in [*outputs, *[(t, r, None) for t, r in [*zip(tags, new_state), *zip(held_tags, held)]]]:
-            if rows.num_rows:
-                yield from wide_rows(rows, t, schema, prefix).to_batches()
+            yield t, rows, prefix
 
     return run
 
@@ -527,7 +526,7 @@ class LoopUpdate:
         wide = T.StructType(fields)
         rows = self.union if union is None else union
         fn = task(self.program, self.cs.ttype, list(run.frontier), self.out_tag, self.tags, self.held_tags,
-                  arrow_schema(rows.sparkSession, wide), final=final, local=self.local)
+                  final=final, local=self.local)
         files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []

@@ -57,7 +57,7 @@ from spark_differential.incremental.inputs import check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Store, parquet_files, read_local_files, wide_rows
+from spark_differential.incremental.store import Part, Store, parquet_files, read_local_files, widened
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -243,12 +243,13 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
 
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
          sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
-         schema: pa.Schema, cache: ArrowCache | None = None, stored_out: pa.Schema | None = None
-         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of the update: its input tagged by ``SRC`` (the inputs'
+         cache: ArrowCache | None = None, stored_out: pa.Schema | None = None
+         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+    """The function of the update's task (:meth:`~spark_differential.incremental.store.Store.write_task`):
+    its input tagged by ``SRC`` (the inputs'
     changes ``0 .. n-1``, of ``sources``' schemas; the output held back, ``n``; then each
     trace's kept files ``n + 1 + 2k`` and merging files ``n + 2 + 2k``), its output the
-    version's collections tagged by kind (``schema``): ``o`` and ``p`` (``out_schema``: the
+    version's collections by kind (:data:`~spark_differential.incremental.store.Part`): ``o`` and ``p`` (``out_schema``: the
     output's data, time leaves, diff, under the prefix ``ol``), each trace's newest file
     (its tag) and merged files (:attr:`StoredTrace.merged`).  ``cache``: the traces' files on
     this machine are read through their memory-mapped Arrow copies.  ``stored_out`` (an
@@ -262,7 +263,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         cols = [*rows.columns[:nd], rows.column(nd).cast(stored_out.field(nd).type), rows.column(rows.num_columns - 1)]
         return conform(pa.Table.from_arrays(cols, names=stored_out.names), stored_out)
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
         if not seen:  # nothing stored, nothing new
             return
@@ -289,8 +290,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         parts = [*outs, *[(t, t, rows) for t, rows in new_rows.items()],
                  *[(kinds[t], t, rows) for t, rows in merged.items()]]
         for kind, prefix, rows in parts:
-            if rows.num_rows:
-                yield from wide_rows(rows, str(kind), schema, prefix).to_batches()
+            yield str(kind), rows, prefix
 
     return run
 
@@ -397,11 +397,12 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     cache = store.arrow_cache()
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
-              arrow_schema(spark, wide), cache, arrow_schema(spark, view_schema) if integral else None)
+              cache, arrow_schema(spark, view_schema) if integral else None)
     if integral:
         present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache).values())
     else:
-        stored = _as_stored(union.coalesce(1).mapInArrow(fn, wide), view_schema, ttype)
+        widen = widened(fn, arrow_schema(spark, wide))
+        stored = _as_stored(union.coalesce(1).mapInArrow(widen, wide), view_schema, ttype)
         present = store.write_data(directory, stored, one_task=True, cache=cache)
     trace_files = {}
     for tr in traces:

@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 
 from spark_differential.core import settings
 from spark_differential.core.lazy import lazy
+from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.files import Files
@@ -44,6 +45,9 @@ INLINE = "_sd_rows"  # a one-task write's result: the rows of a kind it wrote, a
 # the output an update returns comes back with its one-task write's result when at most this big (Arrow bytes)
 INLINE_BYTES = 8 << 20
 INLINE_KINDS = ("o",)
+# a collection a task computed: (its kind, its rows in the collection's columns, the prefix of their
+# names in the files: None for the kind itself); see Store.write_task
+Part = tuple[str, "pa.Table", "str | None"]
 _WRITTEN = f"{KIND} string, {INLINE} binary"  # what writer's tasks return
 MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
@@ -153,16 +157,18 @@ class Store:
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
                 if n.startswith(prefix)}
 
-    def write_task(self, subdir: str, rows: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    def write_task(self, subdir: str, rows: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Part]],
                    wide: T.StructType, cache: ArrowCache | None = None) -> dict[str, str]:
-        """:meth:`write_wide` of the rows (``wide``: tagged by :data:`~.storage.KIND`) the ``mapInArrow``
-        function ``fn`` computes from ``rows`` in one task: on this machine's filesystem the same
-        Python worker writes them as it computes them (:func:`writer` after ``fn``: no second
-        Python stage, no Arrow round trip through the JVM), else Spark's writer does."""
+        """:meth:`write_wide` of the collections (:data:`Part` s) the function ``fn`` computes from
+        ``rows`` in one task (``wide``: the task's rows as :meth:`write_wide` takes them): on this
+        machine's filesystem the same Python worker writes them as it computes them
+        (:func:`part_writer` after ``fn``: no second Python stage, no Arrow round trip through
+        the JVM, no rows padded to ``wide``), else Spark's writer does."""
         root = self.files.local_root()
+        schema = arrow_schema(self.spark, wide)
         if root is None:
-            return self.write_wide(subdir, rows.mapInArrow(fn, wide))
-        write = writer(f"{root}/{subdir}", cache)
+            return self.write_wide(subdir, rows.mapInArrow(widened(fn, schema), wide))
+        write = part_writer(f"{root}/{subdir}", schema, cache)
         return self._written(subdir, rows.mapInArrow(lambda batches: write(fn(batches)), _WRITTEN).collect())
 
     def _written(self, subdir: str, rows: Sequence[Any]) -> dict[str, str]:
@@ -266,14 +272,8 @@ def read_local_files(directories: Sequence[str], prefix: str, schema: pa.Schema,
 def writer(target: str, cache: ArrowCache | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function writing a version's collections on this machine's filesystem
     from the task that computed them: its rows (tagged by :data:`~.storage.KIND`, each
-    collection's columns named by its prefix) go to one Parquet file per kind and task,
-    ``target/_sd_kind=<kind>/part-<task's partition>.parquet``, as Spark's partitioned write lays
-    them out (written under a temporary name and renamed, so a retried task replaces its file
-    whole); it yields the kinds written (:data:`~.storage.KIND`) and, for the output an update
-    returns (:data:`INLINE_KINDS`) when at most :data:`INLINE_BYTES`, its rows as an Arrow IPC
-    stream (:data:`INLINE`): the driver then returns them without reading the files back.
-    ``cache``: each file but the output's also leaves its memory-mapped Arrow copy there, for
-    the next update's task to read (:mod:`~spark_differential.incremental.arrow_cache`)."""
+    collection's columns named by its prefix) go to one Parquet file per kind and task, as
+    :func:`part_writer` says."""
 
     def prefix(kind: str) -> str:  # o and p: the output's columns; <tag>c and <tag>m: the trace's
         return "o" if kind in ("o", "p") else kind[:-1] if kind[-1] in "cm" else kind
@@ -286,29 +286,78 @@ def writer(target: str, cache: ArrowCache | None = None) -> Callable[[Iterator[p
             for kind in pc.unique(kind_col).to_pylist():
                 mine = [c for c in table.column_names if c.startswith(f"_sd_{prefix(kind)}_")]
                 parts.setdefault(kind, []).append(table.filter(pc.equal(kind_col, kind)).select(mine))
-        blobs: list[bytes | None] = []
-        for kind, tables in parts.items():
-            directory = os.path.join(target, f"{KIND}={kind}")
-            os.makedirs(directory, exist_ok=True)
-            name = f"part-{_partition():05d}.parquet"
-            tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-            table = pa.concat_tables(tables)
-            pq.write_table(table, tmp)
-            os.replace(tmp, os.path.join(directory, name))
-            if cache is not None and kind not in ("o", "p"):
-                cache.keep(os.path.join(directory, name), table)
-            blob = None
-            if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, table.schema) as out:
-                    out.write_table(table)
-                blob = sink.getvalue().to_pybytes()
-            blobs.append(blob)
-        if parts:
-            yield pa.RecordBatch.from_arrays([pa.array(list(parts), pa.string()), pa.array(blobs, pa.binary())],
-                                             schema=pa.schema([(KIND, pa.string()), (INLINE, pa.binary())]))
+        yield from _write_kinds(target, parts, cache)
 
     return run
+
+
+def part_writer(target: str, schema: pa.Schema, cache: ArrowCache | None = None
+                ) -> Callable[[Iterator[Part]], Iterator[pa.RecordBatch]]:
+    """:func:`writer` of collections as they are computed (:data:`Part` s), each named and typed
+    as its columns of ``schema`` (a task's rows tagged by :data:`~.storage.KIND`) and written to
+    one Parquet file per kind and task, ``target/_sd_kind=<kind>/part-<task's partition>.parquet``,
+    as Spark's partitioned write lays them out (written under a temporary name and renamed, so
+    a retried task replaces its file whole).  The function yields the kinds written
+    (:data:`~.storage.KIND`) and, for the output an update returns (:data:`INLINE_KINDS`) when at
+    most :data:`INLINE_BYTES`, its rows as an Arrow IPC stream (:data:`INLINE`): the driver then
+    returns them without reading the files back.  ``cache``: each file but the output's also
+    leaves its memory-mapped Arrow copy there, for the next update's task to read
+    (:mod:`~spark_differential.incremental.arrow_cache`)."""
+
+    def run(parts: Iterator[Part]) -> Iterator[pa.RecordBatch]:
+        tables: dict[str, list[pa.Table]] = {}
+        for kind, rows, prefix in parts:
+            if rows.num_rows:
+                tables.setdefault(kind, []).append(physical_rows(rows, kind, schema, prefix))
+        yield from _write_kinds(target, tables, cache)
+
+    return run
+
+
+def _write_kinds(target: str, parts: dict[str, list[pa.Table]], cache: ArrowCache | None
+                 ) -> Iterator[pa.RecordBatch]:
+    """Write each kind's tables (:func:`part_writer`) and yield the one row per kind it says."""
+    blobs: list[bytes | None] = []
+    for kind, tables in parts.items():
+        directory = os.path.join(target, f"{KIND}={kind}")
+        os.makedirs(directory, exist_ok=True)
+        name = f"part-{_partition():05d}.parquet"
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+        table = pa.concat_tables(tables)
+        pq.write_table(table, tmp)
+        os.replace(tmp, os.path.join(directory, name))
+        if cache is not None and kind not in ("o", "p"):
+            cache.keep(os.path.join(directory, name), table)
+        blob = None
+        if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as out:
+                out.write_table(table)
+            blob = sink.getvalue().to_pybytes()
+        blobs.append(blob)
+    if parts:
+        yield pa.RecordBatch.from_arrays([pa.array(list(parts), pa.string()), pa.array(blobs, pa.binary())],
+                                         schema=pa.schema([(KIND, pa.string()), (INLINE, pa.binary())]))
+
+
+def widened(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Part]], schema: pa.Schema
+            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of a task's collections (``fn``: :data:`Part` s) as rows of
+    ``schema`` tagged by :data:`~.storage.KIND` (:func:`wide_rows`), for Spark's writer."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for kind, rows, prefix in fn(batches):
+            if rows.num_rows:
+                yield from wide_rows(rows, kind, schema, prefix).to_batches()
+
+    return run
+
+
+def physical_rows(rows: pa.Table, kind: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
+    """``rows`` (one stored collection's columns, in order) under their names and types in
+    ``schema`` (:func:`~.storage.physical` with ``prefix``, by default ``kind``)."""
+    names = [f"_sd_{prefix or kind}_{j}" for j in range(rows.num_columns)]
+    return conform(pa.Table.from_arrays(rows.columns, names=names), pa.schema([schema.field(n) for n in names]))
 
 
 def wide_rows(rows: pa.Table, kind: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
@@ -329,4 +378,5 @@ def _partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-__all__ = ["MANIFESTS", "Store", "parquet_files", "read_local", "read_local_files", "wide_rows", "writer"]
+__all__ = ["MANIFESTS", "Part", "Store", "parquet_files", "part_writer", "physical_rows", "read_local",
+           "read_local_files", "wide_rows", "widened", "writer"]
