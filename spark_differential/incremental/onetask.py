@@ -333,6 +333,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
     old_traces = dict(state.trace_files) if state is not None else {}
     root = store.files.local_root()  # traces on this machine's filesystem: the task reads them with pyarrow
+    large = settings.large_var_types(spark)  # (read once: every Arrow schema below takes it)
     stored_rows = 0
     traces: list[StoredTrace] = []
     kept_files: dict[str, list[str]] = {}
@@ -348,7 +349,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
 
             _, merging = ParquetTrace(tuple(old)).roll(part(directory, t), policy, store.size, merged_at)
             kept_files[t] = [f for f in old if f not in merging]
-            trace = StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema), names.get(t))
+            trace = StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema, large), names.get(t))
             if root is not None:
                 local = [tuple(f"{root}/{f}" for f in fs) for fs in (kept_files[t], merging)]
                 stored_rows += sum(pq.ParquetFile(f).metadata.num_rows for d in (*local[0], *local[1])
@@ -392,16 +393,16 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                                                                          schema.fields)]
     wide = T.StructType(fields)
     sources = [arrow_schema(spark, T.StructType([*[up.schemas[nm][c] for c in cols[:-ttype.width - 1]],
-                                                 *leaf_fields, T.StructField(DIFF, T.LongType(), True)]))
+                                                 *leaf_fields, T.StructField(DIFF, T.LongType(), True)]), large)
                for nm, cols in zip(program.names, program.columns)]
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     cache = store.arrow_cache()
-    fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct), ttype, list(up.new_front),
-              cache, arrow_schema(spark, view_schema) if integral else None)
+    fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct, large), ttype, list(up.new_front),
+              cache, arrow_schema(spark, view_schema, large) if integral else None)
     if integral:
-        present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache).values())
+        present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache, large).values())
     else:
-        widen = widened(fn, arrow_schema(spark, wide))
+        widen = widened(fn, arrow_schema(spark, wide, large))
         stored = _as_stored(union.coalesce(1).mapInArrow(widen, wide), view_schema, ttype)
         present = store.write_data(directory, stored, one_task=True, cache=cache)
     trace_files = {}

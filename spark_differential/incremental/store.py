@@ -48,7 +48,8 @@ INLINE_KINDS = ("o",)
 # a collection a task computed: (its kind, its rows in the collection's columns, the prefix of their
 # names in the files: None for the kind itself); see Store.write_task
 Part = tuple[str, "pa.Table", "str | None"]
-_WRITTEN = f"{KIND} string, {INLINE} binary"  # what writer's tasks return
+# what writer's tasks return (a StructType: a DDL string costs mapInArrow a few py4j round trips to parse)
+_WRITTEN = T.StructType([T.StructField(KIND, T.StringType(), True), T.StructField(INLINE, T.BinaryType(), True)])
 MANIFEST_RE = re.compile(r"^v(\d{8})\.json$")
 VERSION_DIR_RE = re.compile(r"^v\d{8}-[0-9a-f]{8}$")
 
@@ -158,14 +159,15 @@ class Store:
                 if n.startswith(prefix)}
 
     def write_task(self, subdir: str, rows: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Part]],
-                   wide: T.StructType, cache: ArrowCache | None = None) -> dict[str, str]:
+                   wide: T.StructType, cache: ArrowCache | None = None, large: bool | None = None) -> dict[str, str]:
         """:meth:`write_wide` of the collections (:data:`Part` s) the function ``fn`` computes from
         ``rows`` in one task (``wide``: the task's rows as :meth:`write_wide` takes them): on this
         machine's filesystem the same Python worker writes them as it computes them
         (:func:`part_writer` after ``fn``: no second Python stage, no Arrow round trip through
-        the JVM, no rows padded to ``wide``), else Spark's writer does."""
+        the JVM, no rows padded to ``wide``), else Spark's writer does.  ``large``: the session's
+        :func:`~spark_differential.core.settings.large_var_types`, when the caller has read it."""
         root = self.files.local_root()
-        schema = arrow_schema(self.spark, wide)
+        schema = arrow_schema(self.spark, wide, large)
         if root is None:
             return self.write_wide(subdir, rows.mapInArrow(widened(fn, schema), wide))
         write = part_writer(f"{root}/{subdir}", schema, cache)
