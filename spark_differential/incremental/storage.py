@@ -56,7 +56,16 @@ KIND = "_sd_kind"  # the partition column of a view's Parquet writes: which stor
 
 def physical(prefix: str, schema: T.StructType) -> list[str]:
     """Column names of a stored collection in its version's Parquet writes (unique per collection)."""
-    return [f"_sd_{prefix}_{j}" for j in range(len(schema.fields))]
+    return physical_names(prefix, len(schema.fields))
+
+
+def physical_names(prefix: str, n: int) -> list[str]:
+    """:func:`physical` of a collection of ``n`` columns.
+
+    >>> physical_names("o", 2)
+    ['_sd_o_0', '_sd_o_1']
+    """
+    return [f"_sd_{prefix}_{j}" for j in range(n)]
 
 
 def tag(slot: int, side: int) -> str:
@@ -94,4 +103,4 @@ def tagged(df: DataFrame, tag: str, prefix: str, schema: T.StructType) -> DataFr
     )
 
 
-__all__ = ["KIND", "LOOP", "ROWS", "TOTALS", "Operator", "part", "physical", "tag", "tagged"]
+__all__ = ["KIND", "LOOP", "ROWS", "TOTALS", "Operator", "part", "physical", "physical_names", "tag", "tagged"]

@@ -30,7 +30,7 @@ from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.files import Files
 from spark_differential.incremental.manifest import State
-from spark_differential.incremental.storage import KIND, part, physical, tagged
+from spark_differential.incremental.storage import KIND, part, physical, physical_names, tagged
 from spark_differential.kernels.common import conform
 from spark_differential.trace.arrow import concat_tables
 from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
@@ -265,7 +265,7 @@ def read_local(directories: Sequence[str], prefix: str, schema: pa.Schema, cache
 def read_local_files(directories: Sequence[str], prefix: str, schema: pa.Schema, cache: ArrowCache | None = None
                      ) -> list[tuple[str, pa.Table]]:
     """:func:`read_local`, file by file: each data file's path and rows."""
-    names = [f"_sd_{prefix}_{j}" for j in range(len(schema))]
+    names = physical_names(prefix, len(schema))
     return [(f, conform((pq.read_table(f, columns=names) if cache is None else cache.read(f, names))
                         .rename_columns(schema.names), schema))
             for d in directories for f in parquet_files(d)]
@@ -358,7 +358,7 @@ def widened(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Part]], schema: pa
 def physical_rows(rows: pa.Table, kind: str, schema: pa.Schema, prefix: str | None = None) -> pa.Table:
     """``rows`` (one stored collection's columns, in order) under their names and types in
     ``schema`` (:func:`~.storage.physical` with ``prefix``, by default ``kind``)."""
-    names = [f"_sd_{prefix or kind}_{j}" for j in range(rows.num_columns)]
+    names = physical_names(prefix or kind, rows.num_columns)
     return conform(pa.Table.from_arrays(rows.columns, names=names), pa.schema([schema.field(n) for n in names]))
 
 
@@ -367,9 +367,9 @@ def wide_rows(rows: pa.Table, kind: str, schema: pa.Schema, prefix: str | None =
     (``schema``: :data:`~.storage.KIND`, then every stored collection's columns as
     :func:`~.storage.physical` names them with ``prefix``, by default ``kind``; the others null)."""
     n = rows.num_rows
-    mine = {f"_sd_{prefix or kind}_{j}": c for j, c in enumerate(rows.columns)}
+    own = physical_rows(rows, kind, schema, prefix)
     arrays = [pa.array(np.full(n, kind, dtype=object), pa.string()) if f.name == KIND
-              else mine[f.name] if f.name in mine else pa.nulls(n, f.type) for f in schema]
+              else own.column(f.name) if f.name in own.column_names else pa.nulls(n, f.type) for f in schema]
     return conform(pa.Table.from_arrays(arrays, names=schema.names), schema)
 
 
