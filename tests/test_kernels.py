@@ -691,7 +691,8 @@ def test_sql_templates_found_beside_an_uninstalled_package(monkeypatch) -> None:
 def test_running_multiplicity_numpy_matches_sql(data: st.DataObject) -> None:
     """dd_threshold/dd_distinct's running multiplicities (``kreduce._running``) by one sort
     of packed integer columns give exactly ``sql/running.sql``'s rows; so does the whole
-    threshold kernel, for distinct and other functions, old and new updates.  Columns with
+    threshold kernel (its one-sort path, ``_threshold_packed``), for distinct and other
+    functions, old and new updates.  Columns with
     nulls, or too wide to pack, take the SQL in both runs."""
     n = data.draw(st.integers(0, 60))
     ndata = data.draw(st.integers(0, 3))
@@ -724,10 +725,13 @@ def test_running_multiplicity_numpy_matches_sql(data: st.DataObject) -> None:
     params = kreduce.ThresholdParams(ndata, lib_type(LATTICES["int" if width == 1 else "altneu"]), func)
     if n and not {"wide", "nulls"} & set(kinds):  # the sort's path is taken
         assert kreduce.native.key_sorted(X.select([*a, *t, "_d"]), a, then=t) is not None
+        # and the kernel's own one-sort path, where there is a data column
+        assert (kreduce._threshold_packed(params, X) is not None) == bool(ndata)
     fast_running = running_rows(*kreduce._running(X, a, t))
     fast = kreduce.threshold(params, X)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(kreduce.native, "key_sorted", lambda *args, **kw: None)
+        m.setattr(kreduce, "_threshold_packed", lambda *args, **kw: None)
         slow_running = running_rows(*kreduce._running(X, a, t))
         slow = kreduce.threshold(params, X)
     assert fast_running == slow_running

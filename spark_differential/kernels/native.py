@@ -53,7 +53,9 @@ def _groupable(t: pa.DataType) -> bool:
     )
 
 
-def _arrow_can_sum(table: pa.Table, diff: str) -> bool:
+def can_sum(table: pa.Table, diff: str) -> bool:
+    """Whether ``table``'s ``diff`` column (integers without nulls) sums to no overflow in any
+    order: its largest ``|diff|`` times the rows stays below 2**62."""
     d = table.column(diff)
     if not pa.types.is_integer(d.type) or d.null_count:
         return False
@@ -69,7 +71,7 @@ def in_arrow(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> bool:
     at most :data:`ARROW_GROUP_ROWS` rows, groupable columns, sums that cannot overflow."""
     fields = table.schema
     return (table.num_rows <= ARROW_GROUP_ROWS and all(_groupable(fields.field(c).type) for c in cols)
-            and _arrow_can_sum(table, diff))
+            and can_sum(table, diff))
 
 
 def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.Table:
@@ -412,6 +414,46 @@ def distinct_keys(keys: pa.Table, cols: Sequence[str]) -> list[np.ndarray] | Non
     return [v[rows] for v in values]  # type: ignore[index]
 
 
+def packed_codes(table: pa.Table, cols: Sequence[str]) -> tuple[np.ndarray, list[int], list[int],
+                                                                 dict[str, np.ndarray]] | None:
+    """One non-negative int64 per row whose order is the rows' lexicographic order on
+    ``cols``: ``(codes, each column's minimum, each column's span, each column's values in
+    its own numpy type)``; ``None`` when a column is not integers (or booleans) without
+    nulls or the spans' product does not fit in 62 bits.
+
+    >>> import pyarrow as pa
+    >>> packed_codes(pa.table({"a": [2, 1, 2], "b": [5, 7, 6]}), ["a", "b"])[0].tolist()
+    [3, 2, 4]
+    """
+    import numpy as np
+
+    lo: list[int] = []
+    size: list[int] = []
+    span = 1
+    arrays: dict[str, np.ndarray] = {}
+    for c in cols:
+        col = table.column(c)
+        t = col.type
+        if col.null_count or not (pa.types.is_boolean(t) or pa.types.is_signed_integer(t)
+                                  or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
+            return None
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        values = np.asarray(arr.to_numpy(zero_copy_only=False))
+        arrays[c] = values
+        a, b = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+        span *= b - a + 1
+        if span >= _SAFE_SUM:
+            return None
+        lo.append(a)
+        size.append(b - a + 1)
+    code = np.zeros(table.num_rows, dtype=np.int64)
+    for c, a, s in zip(cols, lo, size):
+        np.multiply(code, s, out=code)
+        code += arrays[c].astype(np.int64, copy=False)
+        code -= a
+    return code, lo, size, arrays
+
+
 def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequence[str] = (),
                runs: bool = False) -> KeySorted | None:
     """``table`` consolidated (:func:`consolidated`, all its columns but ``diff``) and sorted by
@@ -435,30 +477,12 @@ def key_sorted(table: pa.Table, key: Sequence[str], diff: str = "_d", then: Sequ
     rest = [*then, *[c for c in table.column_names if c != diff and c not in key and c not in then]]
     cols = [*key, *rest]
     n = table.num_rows
-    if n == 0 or not _arrow_can_sum(table, diff) or table.column(diff).null_count:
+    if n == 0 or not can_sum(table, diff) or table.column(diff).null_count:
         return None
-    lo, size, span = [], [], 1
-    arrays: dict[str, np.ndarray] = {}  # each column's values in its own numpy type
-    for c in cols:
-        col = table.column(c)
-        t = col.type
-        if col.null_count or not (pa.types.is_boolean(t) or pa.types.is_signed_integer(t)
-                                  or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
-            return None
-        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        values = np.asarray(arr.to_numpy(zero_copy_only=False))
-        arrays[c] = values
-        a, b = (int(values.min()), int(values.max())) if len(values) else (0, 0)
-        span *= b - a + 1
-        if span >= _SAFE_SUM:
-            return None
-        lo.append(a)
-        size.append(b - a + 1)
-    code = np.zeros(n, dtype=np.int64)
-    for c, a, s in zip(cols, lo, size):
-        np.multiply(code, s, out=code)
-        code += arrays[c].astype(np.int64, copy=False)
-        code -= a
+    packing = packed_codes(table, cols)
+    if packing is None:
+        return None
+    code, lo, size, arrays = packing
     if runs:  # timsort finds the runs
         order = np.argsort(code, kind="stable")
         code = code[order]

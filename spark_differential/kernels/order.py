@@ -116,3 +116,79 @@ def sorted_sums(code: np.ndarray, order: np.ndarray, d: np.ndarray) -> tuple[np.
             m += 1
         i = j
     return rows[:m], at[:m], sums[:m]
+
+
+@njit(cache=True, nogil=True)
+def sorted_sums_old(code: np.ndarray, order: np.ndarray, d: np.ndarray,
+                    new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sorted_sums` of every row and of the rows not ``new`` at once: for every run of
+    equal codes where either sum is nonzero, its first row, its position in ``code``, the
+    sum of all its diffs and the sum of its old rows' diffs, in code order."""
+    n = len(code)
+    rows = np.empty(n, np.int64)
+    at = np.empty(n, np.int64)
+    sums = np.empty(n, np.int64)
+    olds = np.empty(n, np.int64)
+    m = 0
+    i = 0
+    while i < n:
+        c = code[i]
+        s = 0
+        o = 0
+        j = i
+        while j < n and code[j] == c:
+            r = order[j]
+            s += d[r]
+            if not new[r]:
+                o += d[r]
+            j += 1
+        if s != 0 or o != 0:
+            rows[m] = order[i]
+            at[m] = i
+            sums[m] = s
+            olds[m] = o
+            m += 1
+        i = j
+    return rows[:m], at[:m], sums[:m], olds[:m]
+
+
+@njit(cache=True, nogil=True)
+def distinct_changes(code: np.ndarray, order: np.ndarray, d: np.ndarray, new: np.ndarray,
+                     span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``dd_distinct``'s output change in one pass over rows sorted by a code of ``(data,
+    time)`` (``code`` ascending, ``code[i]`` the code of row ``order[i]``; ``code // span``
+    the data): for every data row and time, ``[m > 0] - [m' > 0]`` of its multiplicity
+    after (``m``) and before (``m'``) the time over every row, minus the same over the rows
+    not ``new``.  The nonzero changes: a row of each time's run, and the change."""
+    n = len(code)
+    rows = np.empty(n, np.int64)
+    out = np.empty(n, np.int64)
+    m = 0
+    i = 0
+    key = -1
+    c_all = 0
+    c_old = 0
+    while i < n:
+        c = code[i]
+        if c // span != key:
+            key = c // span
+            c_all = 0
+            c_old = 0
+        s = 0
+        o = 0
+        j = i
+        while j < n and code[j] == c:
+            r = order[j]
+            s += d[r]
+            if not new[r]:
+                o += d[r]
+            j += 1
+        v = (1 if c_all + s > 0 else 0) - (1 if c_all > 0 else 0) - (1 if c_old + o > 0 else 0) + (1 if c_old > 0 else 0)
+        c_all += s
+        c_old += o
+        if v != 0:
+            rows[m] = order[i]
+            out[m] = v
+            m += 1
+        i = j
+    return rows[:m], out[:m]

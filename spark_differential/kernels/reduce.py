@@ -26,12 +26,13 @@ from spark_differential.core.lazy import lazy
 from spark_differential.errors import OutputSchemaError, UserFunctionError
 from spark_differential.kernels import duck, generic, native
 from spark_differential.kernels.common import NEW, StateShape, csv, keys, names, nexts, times, window
-from spark_differential.kernels.stab import stab
+from spark_differential.kernels.stab import sort_packed, stab
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
 extremum = lazy("spark_differential.kernels.extremum")  # imports numba
+orders = lazy("spark_differential.kernels.order")  # imports numba
 
 
 @dataclass(frozen=True)
@@ -506,11 +507,66 @@ def threshold(p: ThresholdParams, X: pa.Table) -> pa.Table:
         schema = pa.schema(fields)
         return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
     # the whole row is the key
-    Xk = X
-    touched, old = _split_threshold(Xk, a)
+    packed = _threshold_packed(p, X)
+    if packed is not None:
+        return packed
+    touched, old = _split_threshold(X, a)
     all_diffs = _threshold_total_diffs(p, touched)
     old_diffs = _threshold_total_diffs(p, old) if old is not None and old.num_rows else None
     return _subtract(all_diffs, old_diffs, [*a, *t])
+
+
+def _threshold_packed(p: ThresholdParams, X: pa.Table) -> pa.Table | None:
+    """:func:`threshold` over a total order by one sort, where the data and time columns are
+    integers (or booleans) without nulls that pack into one int64 (else ``None``).
+
+    The rows sorted by ``(data, time)`` and summed there twice, over every row and over
+    the old rows (``_new`` false), give each data row's multiplicity after and before each
+    of its times in ``trace + new`` and in ``trace``; the output at a time is
+    ``func(after) - func(before)`` of the first minus that of the second.  A data row
+    without new updates has equal sums and gives nothing, so the rows need not be cut to
+    the touched keys first, and the two collections are never consolidated apart."""
+    a, t = names("_a", p.ndata), times(p.ttype.width)
+    if not a or not native.can_sum(X, "_d"):
+        return None
+    packing = native.packed_codes(X, [*a, *t])
+    if packing is None:
+        return None
+    code, _, size, arrays = packing
+    order, code = sort_packed(code, overwrite=True)
+    diffs, new = native.int_values(X.column("_d")), X.column(NEW).to_numpy(zero_copy_only=False)
+    span = 1
+    for w in size[len(a):]:
+        span *= w
+    if p.func is None:  # distinct: the whole change in one pass
+        keep, d = orders.distinct_changes(code, order, diffs, new, span)
+        return _gathered(X, arrays, keep, [*a, *t], d)
+    rows, at, s_all, s_old = orders.sorted_sums_old(code, order, diffs, new)
+    data = code[at] // span
+    del code, order
+    n = len(rows)
+    first = np.ones(n, dtype=bool)
+    first[1:] = data[1:] != data[:-1]
+    starts = np.nonzero(first)[0]
+    lengths = np.diff(np.append(starts, n))
+    c_all, c_old = np.cumsum(s_all), np.cumsum(s_old)
+    c_all -= np.repeat((c_all - s_all)[starts], lengths)
+    c_old -= np.repeat((c_old - s_old)[starts], lengths)
+
+    def where(i: int) -> str:
+        r = int(rows[i % n])
+        return _row_at(p, [arrays[x][r].item() for x in a], [arrays[x][r].item() for x in t])
+
+    f = _apply_threshold(p.func, np.concatenate([c_all, c_all - s_all, c_old, c_old - s_old]), p.op, where)
+    d = f[:n] - f[n: 2 * n] - f[2 * n: 3 * n] + f[3 * n:]
+    return _gathered(X, arrays, rows[d != 0], [*a, *t], d[d != 0])
+
+
+def _gathered(X: pa.Table, arrays: dict[str, np.ndarray], rows: np.ndarray, cols: Sequence[str],
+              d: np.ndarray) -> pa.Table:
+    """``X``'s ``cols`` (their numpy ``arrays``) at ``rows``, with the diffs ``d``."""
+    out = [pa.array(arrays[x][rows], type=X.schema.field(x).type) for x in cols]
+    return pa.Table.from_arrays([*out, pa.array(d, pa.int64())], names=[*cols, "_d"])
 
 
 def _split_threshold(X: pa.Table, a: list[str]) -> tuple[pa.Table, pa.Table | None]:
