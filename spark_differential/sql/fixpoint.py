@@ -369,25 +369,25 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
     elif packed:
 
         def body(x: DataFrame) -> DataFrame:
-            env = {m.key: unpack(i, x) for i, m in enumerate(ms)}
+            env = {m.key: _read(group, m, unpack(i, x)) for i, m in enumerate(ms)}
             parts = [pack(i, eq.build(env)) for i, eq in enumerate(eqs)]
             return parts[0].dd_concat(*parts[1:], consolidate=False)
 
         if group.mutually:
             start = ctx.empty([T.StructField(tag, T.IntegerType(), False), *[T.StructField(n, t, True) for n, t in wide]])
         else:
-            starts = [pack(i, _start(ctx, m)) for i, m in enumerate(ms) if m.base is not None]
+            starts = [pack(i, _start(m)) for i, m in enumerate(ms) if m.base is not None]
             start = starts[0].dd_concat(*starts[1:], consolidate=False) if len(starts) > 1 else starts[0]
     else:
         m = ms[0]
 
         def body(x: DataFrame) -> DataFrame:
-            return eqs[0].build({m.key: x})
+            return eqs[0].build({m.key: _read(group, m, x)})
 
         if group.mutually:
             start = ctx.empty([T.StructField(c.internal, f.dataType, True) for c, f in zip(m.cols, m.fields)])
         else:
-            start = _start(ctx, m)
+            start = _start(m)
 
     limit = group.limit or ctx.max_iterations
     try:
@@ -403,14 +403,27 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
     return [out]
 
 
-def _start(ctx: Ctx, m: Member) -> DataFrame:
-    """Where a member's iteration starts: its non-recursive term (``distinct`` of it for
-    ``UNION``).  With a linear recursive term the first iteration's ``distinct`` makes the
-    same set from the term as it is, and no reduction runs before the loop."""
+def _start(m: Member) -> DataFrame:
+    """Where a member's iteration starts: its non-recursive term as it is (see :func:`_read`)."""
     assert m.base is not None and m.base.df is not None
-    if m.set_ and not all(r.linear for r in m.step_rels):
-        return distinct(ctx, m.base).df
     return m.base.df
+
+
+def _read(group: Group, m: Member, x: DataFrame) -> DataFrame:
+    """How the recursive terms read member ``m``'s part ``x`` of the loop variable.
+
+    A ``UNION`` member whose recursive term is not linear (an aggregate, ``t`` read twice)
+    must start from the distinct rows of its non-recursive term, as SQL does.  The loop
+    starts from the term as it is and every recursive term reads the member through
+    ``distinct``: at the first iteration that makes the term's distinct rows, and from the
+    second on the member is ``distinct``'s output already, which ``distinct`` leaves as it
+    is.  So every iteration sees what it would have seen started from the distinct rows,
+    and no reduction runs before the loop (a Spark stage of its own, whose size the loop
+    cannot know before a job).  A linear term needs nothing: the first iteration's own
+    ``distinct`` makes the same set from the term as it is."""
+    if group.mutually or m.base is None or not m.set_ or all(r.linear for r in m.step_rels):
+        return x
+    return x.dd_distinct()
 
 
 def _label(ms: list[Member]) -> str:
