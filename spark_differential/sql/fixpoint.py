@@ -285,7 +285,7 @@ def _compile_steps(flow: Flow, group: Group) -> None:
     saved_env = flow.dry_env
     flow.dry_env = DryEnv({**saved_env, **{m.key: ctx.empty(fields[m.key]) for m in group.members}})
     for m in group.members:
-        m.entry.ref = Rel(m.cols, fn=lambda env, k=m.key: env[k], loop=frozenset([m.key]), linear=True)
+        m.entry.ref = Rel(m.cols, fn=lambda env, k=m.key: env[k], loop=frozenset([m.key]), linear=True, strict=True)
     try:
         for m in group.members:
             for b in m.steps:
@@ -384,7 +384,7 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
         def body(x: DataFrame) -> DataFrame:
             return eqs[0].build({m.key: _read(group, m, x)})
 
-        if group.mutually:
+        if group.mutually or _from_nothing(group, m):
             start = ctx.empty([T.StructField(c.internal, f.dataType, True) for c, f in zip(m.cols, m.fields)])
         else:
             start = _start(m)
@@ -421,9 +421,19 @@ def _read(group: Group, m: Member, x: DataFrame) -> DataFrame:
     and no reduction runs before the loop (a Spark stage of its own, whose size the loop
     cannot know before a job).  A linear term needs nothing: the first iteration's own
     ``distinct`` makes the same set from the term as it is."""
-    if group.mutually or m.base is None or not m.set_ or all(r.linear for r in m.step_rels):
+    if group.mutually or m.base is None or not m.set_ or all(r.linear for r in m.step_rels) or _from_nothing(group, m):
         return x
     return x.dd_distinct()
+
+
+def _from_nothing(group: Group, m: Member) -> bool:
+    """Whether the loop of a ``UNION`` CTE alone in its group, whose recursive term is not
+    linear, may start empty: every recursive term is strict (empty when the CTE is), so
+    the first iteration makes the distinct rows of the non-recursive term, and the
+    iterations after it are those started from there, with nothing read through an extra
+    ``distinct`` (one more iteration, on the non-recursive term's rows alone)."""
+    return (len(group.members) == 1 and not group.mutually and m.base is not None and m.set_
+            and not all(r.linear for r in m.step_rels) and all(r.strict for r in m.step_rels))
 
 
 def _label(ms: list[Member]) -> str:

@@ -210,7 +210,9 @@ def _joined(ctx: Ctx, left: Rel, right: Rel, on: list[str], *, right_first: bool
     loops = [r for r in (left, right) if r.loop]
     linear = len(loops) == 1 and loops[0].linear
     cols = [*right.cols, *left.cols] if right_first else [*left.cols, *right.cols]
-    return derive(ctx, [left, right], cols, lambda a, b: a.dd_join(b, on=on), linear=linear, consolidated=True,
+    # an inner join is empty when either side is
+    return derive(ctx, [left, right], cols, lambda a, b: a.dd_join(b, on=on), linear=linear,
+                  strict=any(r.strict for r in (left, right)), consolidated=True,
                   dry=lambda a, b: a.drop(TIME, DIFF).join(b, on=on))
 
 

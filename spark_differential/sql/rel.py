@@ -63,14 +63,19 @@ class Rel:
     ``loop`` names the recursive CTEs it depends on and ``linear`` says whether it is
     linear in them (each update of a loop variable
     maps to updates on its own: joins with outer relations, filters, projections), which
-    decides how a ``UNION ALL`` recursion may be evaluated.  ``consolidated``: the
-    DataFrame is known to have no two rows with equal data and time."""
+    decides how a ``UNION ALL`` recursion may be evaluated.  ``strict``: it is known to be
+    empty whenever the loop variables are (filters, projections, inner joins and grouped
+    aggregates of a loop variable; not a union with an outer relation, an aggregate
+    without ``GROUP BY`` or the outer side of an outer join), which decides where a
+    ``UNION`` recursion may start.  ``consolidated``: the DataFrame is known to have no two
+    rows with equal data and time."""
 
     cols: list[Col]
     df: DataFrame | None = None
     fn: Callable[[Env], DataFrame] | None = None
     loop: frozenset[str] = frozenset()
     linear: bool = True
+    strict: bool = False
     consolidated: bool = False
 
     def build(self, env: Env) -> DataFrame:
@@ -179,16 +184,20 @@ def derive(
     f: Callable[..., DataFrame],
     *,
     linear: bool | None = None,
+    strict: bool | None = None,
     consolidated: bool = False,
     what: str = "",
     dry: Callable[..., DataFrame] | None = None,
 ) -> Rel:
     """A relation computed by ``f`` from its parents' DataFrames: built now when no parent
     depends on a loop, else a function of the loop's environment.  ``linear`` defaults to
-    "every parent is linear" (right for operators of one loop-dependent input).  ``dry``:
-    the stand-in of ``f`` for a :class:`DryEnv` (``f`` calls a ``dd_*`` operator)."""
+    "every parent is linear" (right for operators of one loop-dependent input), ``strict``
+    to "every parent is strict" (an outer relation never is: right for operators of one
+    input, safe for others).  ``dry``: the stand-in of ``f`` for a :class:`DryEnv` (``f``
+    calls a ``dd_*`` operator)."""
     loop = frozenset().union(*(p.loop for p in parents))
     lin = all(p.linear for p in parents) if linear is None else linear
+    tight = all(p.strict for p in parents) if strict is None else strict
     if not loop:
         with ctx.errors(what):
             df = f(*[p.df for p in parents])
@@ -199,7 +208,7 @@ def derive(
         with ctx.errors(what):
             return g(*[p.build(env) for p in parents])
 
-    return Rel(cols, fn=fn, loop=loop, linear=lin, consolidated=consolidated)
+    return Rel(cols, fn=fn, loop=loop, linear=lin, strict=tight, consolidated=consolidated)
 
 
 def project(ctx: Ctx, rel: Rel, items: Sequence[tuple[str, Col]], *, consolidated: bool = False, what: str = "") -> Rel:
