@@ -119,6 +119,24 @@ def sorted_sums(code: np.ndarray, order: np.ndarray, d: np.ndarray) -> tuple[np.
 
 
 @njit(cache=True, nogil=True)
+def _run_sums(code: np.ndarray, order: np.ndarray, d: np.ndarray, new: np.ndarray, i: int) -> tuple[int, int, int]:
+    """The run of equal codes from position ``i``: where it ends, the sum of its rows'
+    diffs and the sum of its old (not ``new``) rows' diffs."""
+    n = len(code)
+    c = code[i]
+    s = 0
+    o = 0
+    j = i
+    while j < n and code[j] == c:
+        r = order[j]
+        s += d[r]
+        if not new[r]:
+            o += d[r]
+        j += 1
+    return j, s, o
+
+
+@njit(cache=True, nogil=True)
 def sorted_sums_old(code: np.ndarray, order: np.ndarray, d: np.ndarray,
                     new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sorted_sums` of every row and of the rows not ``new`` at once: for every run of
@@ -132,16 +150,7 @@ def sorted_sums_old(code: np.ndarray, order: np.ndarray, d: np.ndarray,
     m = 0
     i = 0
     while i < n:
-        c = code[i]
-        s = 0
-        o = 0
-        j = i
-        while j < n and code[j] == c:
-            r = order[j]
-            s += d[r]
-            if not new[r]:
-                o += d[r]
-            j += 1
+        j, s, o = _run_sums(code, order, d, new, i)
         if s != 0 or o != 0:
             rows[m] = order[i]
             at[m] = i
@@ -169,20 +178,11 @@ def distinct_changes(code: np.ndarray, order: np.ndarray, d: np.ndarray, new: np
     c_all = 0
     c_old = 0
     while i < n:
-        c = code[i]
-        if c // span != key:
-            key = c // span
+        if code[i] // span != key:
+            key = code[i] // span
             c_all = 0
             c_old = 0
-        s = 0
-        o = 0
-        j = i
-        while j < n and code[j] == c:
-            r = order[j]
-            s += d[r]
-            if not new[r]:
-                o += d[r]
-            j += 1
+        j, s, o = _run_sums(code, order, d, new, i)
         v = (1 if c_all + s > 0 else 0) - (1 if c_all > 0 else 0) - (1 if c_old + o > 0 else 0) + (1 if c_old > 0 else 0)
         c_all += s
         c_old += o
