@@ -120,15 +120,23 @@ def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.T
     elif (joined := _fixed_join(step, news, olds)) is not None:
         out = conform(joined, step.out_schema)
     else:
+        # one input's new updates, kept: their trace batch is made first, and its sorted keys
+        # are the keys every trace of the step looks up
+        made = {k: traces[k].batch(new) for k, (inp, new) in enumerate(zip(step.inputs, news))
+                if len(present) == 1 and new is not None and (inp.relation is None or inp.keep)}
+        keyed = next(iter(made.values()), None)
         sides = []
         for inp, new, old in zip(step.inputs, news, olds):
             parts = []
             if old is not None:
-                parts.append(old.touching(present))
+                parts.append(old.touching(present, keyed))
             if new is not None:
                 parts.append(new)
             sides.append(concat_tables(parts, inp.schema))
         out = conform(step.kernel(step.params, *sides), step.out_schema)
+        for k, made_batch in made.items():
+            traces[k].add_batch(made_batch)
+            news[k] = None  # kept already
     for inp, new, trace in zip(step.inputs, news, traces):
         if batch is not None:
             trace.add_batch(batch, cached=True)

@@ -137,15 +137,23 @@ class ArrowTrace:
         """Every update of the trace."""
         return pa.concat_tables([self._rows(b) for b in self.batches]) if self.batches else self.schema.empty_table()
 
-    def touching(self, new: Sequence[pa.Table]) -> pa.Table:
-        """The trace's updates whose key some row of ``new`` has (all of them: no key)."""
+    def touching(self, new: Sequence[pa.Table], batch: Any = None) -> pa.Table:
+        """The trace's updates whose key some row of ``new`` has (all of them: no key).
+
+        ``batch``: ``new``'s one table as :meth:`batch` made it for a trace of the same key,
+        whose sorted keys are then the keys looked up (not sorted again).  It is consolidated:
+        a key whose new updates cancel out is not looked up, and its updates sum to nothing
+        in any kernel's ``F(trace + new) - F(trace)``."""
         if not self.key:
             return self.table() if any(t.num_rows for t in new) else self.schema.empty_table()
         present = [t.select(list(self.key)) for t in new if t.num_rows]
         if not present or not self.batches:
             return self.schema.empty_table()
         keys_ = pa.concat_tables(present)
-        distinct = native.distinct_keys(keys_, self.key)  # once for every batch
+        if isinstance(batch, native.KeySorted) and batch.key == self.key:
+            distinct = batch.distinct_keys()
+        else:
+            distinct = native.distinct_keys(keys_, self.key)  # once for every batch
         parts = [_touching(b, [keys_], self.key) if isinstance(b, pa.Table)
                  else b.touching(keys_) if distinct is None else b.touching_distinct(distinct)
                  for b in self.batches]
