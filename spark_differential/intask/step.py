@@ -28,7 +28,7 @@ from spark_differential.kernels import duck
 from spark_differential.kernels.common import NEW, D, conform, keys, names, times
 from spark_differential.kernels.join import JoinParams, consolidated
 from spark_differential.kernels.native import KeySorted
-from spark_differential.kernels.reduce import ReduceParams
+from spark_differential.kernels.reduce import ReduceParams, ThresholdParams
 from spark_differential.trace.arrow import ArrowTrace
 
 np = lazy("numpy")
@@ -83,7 +83,8 @@ def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.T
     An outer source enters as new updates at iteration 0 and is kept in its input's
     trace, the old updates of every later iteration.  ``settled`` (when given) gets
     the step's name when its output is known consolidated (a traced ``dd_min``/``dd_max``:
-    one row per key, time and value, none with a zero diff).  ``record`` (when given) is
+    one row per key, time and value, none with a zero diff; a ``dd_threshold`` or
+    ``dd_distinct`` over a total order: one row per data and time, none zero).  ``record`` (when given) is
     called with each input's index and the new updates it receives at this iteration
     (kernel columns, not consolidated; inputs receiving none are skipped).  ``exchange``
     (key partitions): each input's new updates first go to the tasks owning their keys."""
@@ -134,6 +135,8 @@ def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.T
                 parts.append(new)
             sides.append(concat_tables(parts, inp.schema))
         out = conform(step.kernel(step.params, *sides), step.out_schema)
+        if settled is not None and isinstance(step.params, ThresholdParams) and step.params.ttype.is_total():
+            settled.add(step.name)  # a threshold's change over a total order: one row per data and time, none zero
         for k, made_batch in made.items():
             traces[k].add_batch(made_batch)
             news[k] = None  # kept already
