@@ -334,6 +334,35 @@ def test_an_aggregating_union_starts_from_its_distinct_rows_inside_the_loop(spar
     assert (jobs.jobs, jobs.stages) == (1, 1)
 
 
+def test_a_loop_started_empty_has_the_same_iteration_limit(spark, monkeypatch):
+    """The strict aggregating recursion starts empty, one iteration ahead of the recursion
+    from the non-recursive term's rows; that iteration does not count against
+    ``spark_differential.sql.maxIterations``: the smallest limit that lets it finish is the
+    one the same recursion needs read through ``distinct`` from the term's rows."""
+    import importlib
+
+    fixpoint = importlib.import_module("spark_differential.sql.fixpoint")
+    edges = spark.createDataFrame([(i, i + 1, 0, 1) for i in range(2)], "src long, dst long, time long, diff long")
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+    query = ("WITH RECURSIVE dist(node, d) AS (SELECT node, 0 FROM roots UNION SELECT e.dst, min(dist.d + 1) "
+             "FROM dist JOIN edges e ON dist.node = e.src GROUP BY e.dst) SELECT node, d FROM dist")
+
+    def finishes(limit: int) -> bool:
+        spark.conf.set("spark_differential.sql.maxIterations", str(limit))
+        try:
+            rows_of(sd.sql(query, edges=edges, roots=roots))
+            return True
+        except IterationLimitExceeded:
+            return False
+        finally:
+            spark.conf.unset("spark_differential.sql.maxIterations")
+
+    with monkeypatch.context() as m:
+        m.setattr(fixpoint, "_from_nothing", lambda group, member: False)
+        needed = next(n for n in range(2, 12) if finishes(n))
+    assert finishes(needed) and not finishes(needed - 1)
+
+
 # ----------------------------------------------------------------------------- limits and errors
 
 

@@ -390,9 +390,12 @@ def _iterate(flow: Flow, group: Group) -> list[DataFrame]:
             start = _start(m)
 
     limit = group.limit or ctx.max_iterations
+    # a loop started empty spends its first iteration making the non-recursive term's rows:
+    # not counted against the limit, which stays what it is for the recursion started from them
+    extra = 1 if not packed and _from_nothing(group, ms[0]) else 0
     try:
         with ctx.errors(f" (in the recursive CTE {_label(ms)})"):
-            out = start.dd_iterate(body, max_iterations=limit)
+            out = start.dd_iterate(body, max_iterations=limit + extra)
     except IterationLimitExceeded as e:
         raise IterationLimitExceeded(_limit_message(group, limit, e.changing), iterations=e.iterations,
                                      changing=e.changing) from e
