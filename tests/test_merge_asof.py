@@ -233,6 +233,42 @@ def test_few_local_rows_are_not_cut(spark) -> None:
     assert got == [(t, 3 * t, t // 2) for t in range(20)]
 
 
+@pytest.mark.connect
+def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(spark, monkeypatch) -> None:
+    """A key-less join of enough left rows for a range per core (``MIN_RANGE_ROWS`` lowered): the
+    ranges, cut at quantiles of a sample of the left's match values, hold about as many left rows
+    each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
+    side tag, not both together); the rows are pandas ``merge_asof``'s."""
+    from spark_differential.core.names import SIDE
+    from spark_differential.engine import distributed
+    from spark_differential.kernels.common import keys
+    from spark_differential.operators import asof_ranges
+
+    monkeypatch.setattr(asof_ranges, "MIN_RANGE_ROWS", 500)
+    seen: dict[str, Any] = {}
+    real = distributed._in_tasks
+
+    def spy(kernel: Any, params: Any, one: Any, out_schema: Any, sides: Any = None, read: Any = None) -> Any:
+        seen["one"] = one
+        return real(kernel, params, one, out_schema, sides, read)
+
+    monkeypatch.setattr(distributed, "_in_tasks", spy)
+    rng = random.Random(5)
+    n = 4000
+    lrows = [(i, rng.randrange(10**6)) for i in range(n)]
+    rrows = [(t, rng.randrange(100)) for t in rng.sample(range(10**6), n)]  # no ties among the right's values
+    left = spark.createDataFrame(lrows, "id long, t long").repartition(3)
+    right = spark.createDataFrame(rrows, "t long, price long")
+    got = sorted(tuple(r) for r in left.dd_merge_asof(right, on="t").collect())
+    want = pd.merge_asof(pd.DataFrame(lrows, columns=["id", "t"]).sort_values("t"),
+                         pd.DataFrame(rrows, columns=["t", "price"]).sort_values("t"), on="t")
+    assert got == sorted((int(i), int(t), None if math.isnan(p) else int(p)) for i, t, p in want.itertuples(index=False))
+    one = seen["one"]
+    assert len(one.columns) == 4, one.columns  # the range, the match value, one other column, the side
+    sizes = [r[1] for r in one.where(f"{SIDE} = 0").groupBy(keys(1)[0]).count().collect()]
+    assert len(sizes) == 2 and min(sizes) >= 0.35 * n, sizes  # a range per core, of about equal size
+
+
 def test_plain_tables_split_into_ranges(spark) -> None:
     """A key's timeline cut into ranges of the match value (each range carrying the right rows
     next to it): the same rows as the oracle, keyed (ranges=3) and key-less (ranges=4, and

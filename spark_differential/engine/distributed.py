@@ -125,15 +125,17 @@ def _in_tasks(
     one: DataFrame,
     out_schema: T.StructType,
     sides: tuple[list[str], list[str]] | None = None,
+    read: tuple[list[str], list[str]] | None = None,
 ) -> DataFrame:
     """``kernel`` once per partition of ``one`` (kernel form, already placed by bucket):
-    one input, or two tagged by :data:`SIDE` whose columns are ``sides``."""
+    one input, or two tagged by :data:`SIDE` whose columns are ``sides`` (written in the
+    columns ``read``, when not under those names)."""
     spark = one.sparkSession
     schema = arrow_schema(spark, out_schema)
     kernel = fault_hook(spark, kernel)
     if sides is None:
         return one.mapInArrow(_per_partition(kernel, params, schema), out_schema)
-    return one.mapInArrow(_pair_per_partition(kernel, params, schema, *sides), out_schema)
+    return one.mapInArrow(_pair_per_partition(kernel, params, schema, *sides, read=read), out_schema)
 
 
 def run_prepared(
@@ -220,27 +222,63 @@ def run_pair_sql(
 ) -> DataFrame:
     """:func:`run_pair_per_partition` for two inputs the caller writes in kernel form as SQL
     text: ``(df, expressions, names)`` per side, the names those of :func:`kernel_names`
-    (the first ``nkeys`` the keys ``_k*``).  One ``selectExpr`` per side (one py4j round
-    trip each), then the same union tagged by side, repartition by bucket and
-    ``mapInArrow`` (``sd.sql``'s as-of join of two tables)."""
+    (the first ``nkeys`` the keys ``_k*``).  Both sides in one union tagged by side (a
+    column of one side and one of the other of the same type share a column: the rows
+    shuffled and sent to Python are as wide as the wider side, not the two together),
+    repartitioned by bucket, and ``mapInArrow`` (``sd.sql``'s as-of join of two tables)."""
     (da, ea, na), (db, eb, nb) = sides
-    a = da.selectExpr(*[f"{e} AS {n}" for e, n in zip(ea, na)], f"0 AS {SIDE}")
-    b = db.selectExpr(*[f"{e} AS {n}" for e, n in zip(eb, nb)], f"1 AS {SIDE}")
+    a = da.selectExpr(*[f"{e} AS {n}" for e, n in zip(ea, na)])
+    b = db.selectExpr(*[f"{e} AS {n}" for e, n in zip(eb, nb)])
+    ca, cb = shared_columns(list(na), a.schema, list(nb), b.schema)
+    a = a.selectExpr(*[f"{n} AS {c}" for n, c in zip(na, ca)], f"0 AS {SIDE}")
+    b = b.selectExpr(*[f"{n} AS {c}" for n, c in zip(nb, cb)], f"1 AS {SIDE}")
     spark = da.sparkSession
     one = a.unionByName(b, allowMissingColumns=True).repartition(
         F.expr(bucket_sql(keys(nkeys), settings.buckets(spark), settings.shuffle_partitions(spark))))
-    return _in_tasks(kernel, params, one, out_schema, (list(na), list(nb)))
+    return _in_tasks(kernel, params, one, out_schema, (list(na), list(nb)), (ca, cb))
+
+
+_SHARED = "_sd_c"
+
+
+def shared_columns(na: list[str], ta: T.StructType, nb: list[str], tb: T.StructType) -> tuple[list[str], list[str]]:
+    """The columns two tagged sides are written in: a name both sides have stays (the keys);
+    each other column of ``nb`` takes the first column of ``na`` not yet taken that only
+    ``na`` has, of the same type, and both are renamed ``_sd_c<i>`` (``i``: its place in ``na``);
+    the rest keep their names.
+
+    >>> L, S = T.LongType(), T.StringType()
+    >>> shared_columns(["_k0", "_a0", "_a1"], T.StructType([T.StructField(n, t) for n, t in
+    ...     (("_k0", L), ("_a0", L), ("_a1", S))]), ["_k0", "_b0", "_b1"],
+    ...     T.StructType([T.StructField(n, t) for n, t in (("_k0", L), ("_b0", S), ("_b1", T.DoubleType()))]))
+    (['_k0', '_a0', '_sd_c2'], ['_k0', '_sd_c2', '_b1'])
+    """
+    types_a = {f.name: f.dataType for f in ta.fields}
+    types_b = {f.name: f.dataType for f in tb.fields}
+    ca, cb = list(na), list(nb)
+    free = [i for i, n in enumerate(na) if n not in nb]
+    for j, n in enumerate(nb):
+        if n in na:
+            continue
+        i = next((i for i in free if types_a[na[i]] == types_b[n]), None)
+        if i is not None:
+            free.remove(i)
+            ca[i] = cb[j] = f"{_SHARED}{i}"
+    return ca, cb
 
 
 def _pair_per_partition(
-    kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, cols_a: list[str], cols_b: list[str]
+    kernel: Callable[..., pa.Table], params: Any, schema: pa.Schema, cols_a: list[str], cols_b: list[str],
+    read: tuple[list[str], list[str]] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    read_a, read_b = read or (cols_a, cols_b)
+
     def fn(table: pa.Table) -> pa.Table:
         import pyarrow.compute as pc
 
         side = table.column(SIDE)
-        left = table.filter(pc.equal(side, 0)).select(cols_a)
-        right = table.filter(pc.equal(side, 1)).select(cols_b)
+        left = table.filter(pc.equal(side, 0)).select(read_a).rename_columns(cols_a)
+        right = table.filter(pc.equal(side, 1)).select(read_b).rename_columns(cols_b)
         return _call(kernel, params, schema, left, right)
 
     return over_partition(fn)

@@ -46,8 +46,9 @@ from spark_differential.kernels.common import keys, names
 PROBES = 64  # quantiles computed: at most PROBES + 1 ranges
 RANGE_ROWS = 1_000_000  # left rows per range of an automatically split join
 MIN_RANGE_ROWS = 50_000  # fewer left rows per range than this: fewer ranges than cores
+SAMPLE = 16  # an automatic split takes its quantiles from one left row in SAMPLE (by hash)
 _ACCURACY = 2_000
-_BOUNDS, _COUNT, _RANGES = "sdasof_bounds", "sdasof_count", "sdasof_ranges"
+_BOUNDS, _RANGES = "sdasof_bounds", "sdasof_ranges"
 
 
 def numeric_order(item: str, t: T.DataType) -> str | None:
@@ -128,7 +129,10 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     cores = F.least(F.lit(settings.parallelism(ldf.sparkSession)), F.ceil(count / F.lit(MIN_RANGE_ROWS)))
     ranges = F.lit(split.ranges) if split.ranges else F.least(
         F.lit(probes + 1), F.greatest(F.lit(1), F.ceil(count / F.lit(RANGE_ROWS)), cores)).cast("int")
-    stats = left.agg(F.expr(f"percentile_approx({v_left}, array({fractions}), {_ACCURACY})").alias(_BOUNDS),
+    # the quantiles of an automatic split from a sample of 1 left row in SAMPLE, chosen by the hash of its
+    # match value (so the same on a recomputation); ranges only need to be of about equal size
+    sample = v_left if split.ranges else f"CASE WHEN pmod(xxhash64({v_left}), {SAMPLE}) = 0 THEN {v_left} END"
+    stats = left.agg(F.expr(f"percentile_approx({sample}, array({fractions}), {_ACCURACY})").alias(_BOUNDS),
                      ranges.alias(_RANGES))
     nk = p.nkeys
     rk = keys(nk + 1)[-1]
