@@ -16,7 +16,9 @@ equal to a boundary fall in one range on both sides, so a pick never crosses mor
 that one row, and a range's task holds its own rows and two carried rows per key.
 
 The boundaries are quantiles of the left's match values (``percentile_approx`` over
-their numeric order: microseconds, days, doubles) computed in the plan, not by a job of
+their numeric order: microseconds, days, doubles; an automatic split takes them from the
+one left row in :data:`SAMPLE` whose match value hashes to 0 modulo it, which keeps the
+ranges about equal and the aggregation cheap) computed in the plan, not by a job of
 their own: a one-row aggregate broadcast to both sides, the number of ranges following
 its row count (:data:`RANGE_ROWS` left rows per range), each row's range found by a
 binary search written as nested ``CASE``\\ s.  Right and full joins are not split (a
