@@ -269,6 +269,40 @@ def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(sp
     assert len(sizes) == 2 and min(sizes) >= 0.35 * n, sizes  # a range per core, of about equal size
 
 
+def test_the_ranges_of_a_key_less_split_go_round_robin_over_the_partitions(spark, monkeypatch) -> None:
+    """Without keys a split's ranges are its only keys.  Placed by their hash, two of four ranges
+    shared one of four partitions (one task did two ranges while another had none); they go
+    round-robin, a range per partition."""
+    from pyspark.sql import functions as F
+
+    from spark_differential.core.names import SIDE
+    from spark_differential.engine import distributed
+    from spark_differential.kernels.common import keys
+
+    seen: dict[str, Any] = {}
+    real = distributed._in_tasks
+
+    def spy(kernel: Any, params: Any, one: Any, out_schema: Any, sides: Any = None, read: Any = None) -> Any:
+        seen["one"] = one
+        return real(kernel, params, one, out_schema, sides, read)
+
+    monkeypatch.setattr(distributed, "_in_tasks", spy)
+    left = spark.createDataFrame([(i, i) for i in range(400)], "id long, t long")
+    right = spark.createDataFrame([(2 * i, i) for i in range(200)], "t long, price long")
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")  # no coalescing of the partitions looked at
+    try:
+        got = sorted(tuple(r) for r in left.dd_merge_asof(right, on="t", ranges=4).collect())
+        rk = keys(1)[0]
+        per = seen["one"].where(f"{SIDE} = 0").groupBy(F.spark_partition_id().alias("p")) \
+            .agg(F.countDistinct(rk).alias("n")).collect()
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", before)
+    assert got == [(i, i, i // 2) for i in range(400)]
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) == 4
+    assert sorted(r["n"] for r in per) == [1, 1, 1, 1], per
+
+
 def test_plain_tables_split_into_ranges(spark) -> None:
     """A key's timeline cut into ranges of the match value (each range carrying the right rows
     next to it): the same rows as the oracle, keyed (ranges=3) and key-less (ranges=4, and

@@ -40,6 +40,7 @@ from spark_differential.engine.kernel_form import (
     finish,
     hashed_names,
     kernel_names,
+    slot_sql,
 )
 from spark_differential.errors import IterationError
 from spark_differential.kernels.common import D, conform, keys, over_partition, times
@@ -219,13 +220,18 @@ def run_pair_sql(
     sides: Sequence[tuple[DataFrame, Sequence[str], Sequence[str]]],
     nkeys: int,
     out_schema: T.StructType,
+    slots: tuple[str, int] | None = None,
 ) -> DataFrame:
     """:func:`run_pair_per_partition` for two inputs the caller writes in kernel form as SQL
     text: ``(df, expressions, names)`` per side, the names those of :func:`kernel_names`
     (the first ``nkeys`` the keys ``_k*``).  Both sides in one union tagged by side (a
     column of one side and one of the other of the same type share a column: the rows
     shuffled and sent to Python are as wide as the wider side, not the two together),
-    repartitioned by bucket, and ``mapInArrow`` (``sd.sql``'s as-of join of two tables)."""
+    repartitioned by bucket, and ``mapInArrow`` (``sd.sql``'s as-of join of two tables).
+
+    ``slots``: ``(key, n)`` when the only key is a slot number below ``n`` (a key-less as-of
+    join's ranges), placed round-robin over the partitions instead of by its hash, which may
+    put two of a few slots on one partition (:func:`slot_sql`)."""
     (da, ea, na), (db, eb, nb) = sides
     a = da.selectExpr(*[f"{e} AS {n}" for e, n in zip(ea, na)])
     b = db.selectExpr(*[f"{e} AS {n}" for e, n in zip(eb, nb)])
@@ -233,8 +239,9 @@ def run_pair_sql(
     a = a.selectExpr(*[f"{n} AS {c}" for n, c in zip(na, ca)], f"0 AS {SIDE}")
     b = b.selectExpr(*[f"{n} AS {c}" for n, c in zip(nb, cb)], f"1 AS {SIDE}")
     spark = da.sparkSession
-    one = a.unionByName(b, allowMissingColumns=True).repartition(
-        F.expr(bucket_sql(keys(nkeys), settings.buckets(spark), settings.shuffle_partitions(spark))))
+    nparts = settings.shuffle_partitions(spark)
+    place = slot_sql(*slots, nparts) if slots else bucket_sql(keys(nkeys), settings.buckets(spark), nparts)
+    one = a.unionByName(b, allowMissingColumns=True).repartition(F.expr(place))
     return _in_tasks(kernel, params, one, out_schema, (list(na), list(nb)), (ca, cb))
 
 

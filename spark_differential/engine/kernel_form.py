@@ -153,6 +153,35 @@ def bucket_labels(nbuckets: int, nparts: int) -> tuple[int, ...]:
     return tuple(labels)
 
 
+def slot_labels(nslots: int, nparts: int) -> tuple[int, ...]:
+    """Values that Spark's hash partitioning into ``nparts`` puts on partition ``i % nparts``
+    for ``i`` in ``0 .. nslots - 1``: numbered slots (a key-less as-of join's ranges) placed
+    round-robin, every partition holding as many as the others (one more where they do not
+    divide evenly), consecutive slots on different partitions.
+
+    >>> labels = slot_labels(6, 4)
+    >>> [_murmur3_int(v) % 4 for v in labels]
+    [0, 1, 2, 3, 0, 1]
+    """
+    nparts = max(1, nparts)
+    need = [len(range(p, nslots, nparts)) for p in range(nparts)]
+    per: list[list[int]] = [[] for _ in range(nparts)]
+    value = 0
+    while any(len(per[p]) < need[p] for p in range(nparts)):
+        part = _murmur3_int(value) % nparts
+        if len(per[part]) < need[part]:
+            per[part].append(value)
+        value += 1
+    return tuple(per[i % nparts][i // nparts] for i in range(nslots))
+
+
+def slot_sql(slot: str, nslots: int, nparts: int) -> str:
+    """SQL placing a row by the int column ``slot`` (``0 .. nslots - 1``): partition ``slot %
+    nparts`` (see :func:`slot_labels`)."""
+    labels = "array(" + ", ".join(str(v) for v in slot_labels(nslots, nparts)) + ")"
+    return f"coalesce(element_at({labels}, CAST(pmod({slot}, {nslots}) + 1 AS INT)), 0)"
+
+
 def bucket_of(khash: Column, nbuckets: int, nparts: int) -> Column:
     """The bucket of a key hash, as a non-nullable int spread evenly over ``nparts``
     partitions (see :func:`bucket_labels`).

@@ -145,7 +145,7 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     params = dataclasses.replace(p, nkeys=nk + 1)
     lcols, rcols = left_r.columns, right_r.columns
     return run_pair_sql(kernel, params, [(left_r, lcols, lcols), (right_r.unionByName(carried), rcols, rcols)],
-                        nk + 1, schema)
+                        nk + 1, schema, slots=None if nk else (rk, probes + 1))
 
 
 def _carried(right: DataFrame, by: list[str], rk: str, data: list[str], direction: str, last: int) -> DataFrame:
