@@ -233,18 +233,10 @@ def test_few_local_rows_are_not_cut(spark) -> None:
     assert got == [(t, 3 * t, t // 2) for t in range(20)]
 
 
-@pytest.mark.connect
-def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(spark, monkeypatch) -> None:
-    """A key-less join of enough left rows for a range per core (``MIN_RANGE_ROWS`` lowered): the
-    ranges, cut at quantiles of a sample of the left's match values, hold about as many left rows
-    each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
-    side tag, not both together); the rows are pandas ``merge_asof``'s."""
-    from spark_differential.core.names import SIDE
+def _kernel_inputs(monkeypatch: Any) -> dict[str, Any]:
+    """Where a plain-table join's kernel input (the tagged union, placed) is put once built: ``"one"``."""
     from spark_differential.engine import distributed
-    from spark_differential.kernels.common import keys
-    from spark_differential.operators import asof_ranges
 
-    monkeypatch.setattr(asof_ranges, "MIN_RANGE_ROWS", 500)
     seen: dict[str, Any] = {}
     real = distributed._in_tasks
 
@@ -253,6 +245,21 @@ def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(sp
         return real(kernel, params, one, out_schema, sides, read)
 
     monkeypatch.setattr(distributed, "_in_tasks", spy)
+    return seen
+
+
+@pytest.mark.connect
+def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(spark, monkeypatch) -> None:
+    """A key-less join of enough left rows for a range per core (``MIN_RANGE_ROWS`` lowered): the
+    ranges, cut at quantiles of a sample of the left's match values, hold about as many left rows
+    each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
+    side tag, not both together); the rows are pandas ``merge_asof``'s."""
+    from spark_differential.core.names import SIDE
+    from spark_differential.kernels.common import keys
+    from spark_differential.operators import asof_ranges
+
+    monkeypatch.setattr(asof_ranges, "MIN_RANGE_ROWS", 500)
+    seen = _kernel_inputs(monkeypatch)
     rng = random.Random(5)
     n = 4000
     lrows = [(i, rng.randrange(10**6)) for i in range(n)]
@@ -276,17 +283,9 @@ def test_the_ranges_of_a_key_less_split_go_round_robin_over_the_partitions(spark
     from pyspark.sql import functions as F
 
     from spark_differential.core.names import SIDE
-    from spark_differential.engine import distributed
     from spark_differential.kernels.common import keys
 
-    seen: dict[str, Any] = {}
-    real = distributed._in_tasks
-
-    def spy(kernel: Any, params: Any, one: Any, out_schema: Any, sides: Any = None, read: Any = None) -> Any:
-        seen["one"] = one
-        return real(kernel, params, one, out_schema, sides, read)
-
-    monkeypatch.setattr(distributed, "_in_tasks", spy)
+    seen = _kernel_inputs(monkeypatch)
     left = spark.createDataFrame([(i, i) for i in range(400)], "id long, t long")
     right = spark.createDataFrame([(2 * i, i) for i in range(200)], "t long, price long")
     before = spark.conf.get("spark.sql.adaptive.enabled")
