@@ -141,16 +141,20 @@ def bucket_labels(nbuckets: int, nparts: int) -> tuple[int, ...]:
     """
     nparts = max(1, nparts)
     room = -(-nbuckets // nparts)
-    taken = [0] * nparts
-    labels: list[int] = []
+    return tuple(sorted(v for values in _first_values(nparts, [room] * nparts) for v in values)[:nbuckets])
+
+
+def _first_values(nparts: int, need: Sequence[int]) -> list[list[int]]:
+    """Per partition ``p``, the first ``need[p]`` values ``0, 1, 2, ...`` that Spark's hash
+    partitioning into ``nparts`` puts on ``p``, ascending."""
+    per: list[list[int]] = [[] for _ in range(nparts)]
     value = 0
-    while len(labels) < nbuckets:
+    while any(len(per[p]) < need[p] for p in range(nparts)):
         part = _murmur3_int(value) % nparts
-        if taken[part] < room:
-            taken[part] += 1
-            labels.append(value)
+        if len(per[part]) < need[part]:
+            per[part].append(value)
         value += 1
-    return tuple(labels)
+    return per
 
 
 def slot_labels(nslots: int, nparts: int) -> tuple[int, ...]:
@@ -164,14 +168,7 @@ def slot_labels(nslots: int, nparts: int) -> tuple[int, ...]:
     [0, 1, 2, 3, 0, 1]
     """
     nparts = max(1, nparts)
-    need = [len(range(p, nslots, nparts)) for p in range(nparts)]
-    per: list[list[int]] = [[] for _ in range(nparts)]
-    value = 0
-    while any(len(per[p]) < need[p] for p in range(nparts)):
-        part = _murmur3_int(value) % nparts
-        if len(per[part]) < need[part]:
-            per[part].append(value)
-        value += 1
+    per = _first_values(nparts, [len(range(p, nslots, nparts)) for p in range(nparts)])
     return tuple(per[i % nparts][i // nparts] for i in range(nslots))
 
 
