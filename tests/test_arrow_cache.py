@@ -91,3 +91,33 @@ def test_an_index_is_built_once_kept_beside_the_copy_and_rebuilt_for_a_changed_f
     rebuilt = cache.index(f, table, ["k"])
     assert rebuilt is not None and rebuilt.touching(table, keys).column("k").to_pylist() == [1000]
     assert len(built) == 3
+
+
+def test_the_copies_are_listed_once_a_while_not_at_every_copy(tmp_path, monkeypatch) -> None:
+    """Listing the directory costs what it holds (tens of thousands of small copies on a machine
+    that ran many views): a process lists it at its first copy, then only when the bytes it
+    counted would pass the limit or RESCAN_SECONDS have passed."""
+    listings = []
+    real = ArrowCache._evict
+    monkeypatch.setattr(ArrowCache, "_evict", lambda self, *a: listings.append(a) or real(self, *a))
+    clock = [1000.0]
+    monkeypatch.setattr(arrow_cache.time, "monotonic", lambda: clock[0])
+    files = [_file(str(tmp_path / f"f{i}.parquet"), 2000, start=i) for i in range(30)]
+    one = pq.read_table(files[0]).nbytes
+    cache = ArrowCache(str(tmp_path / "cache"), 10 * one)
+    for f in files[:8]:
+        cache.read(f, ["k", "s"])
+    assert len(listings) == 1 and len(os.listdir(tmp_path / "cache")) == 8
+    clock[0] += arrow_cache.RESCAN_SECONDS + 1  # a while later: listed again (another process may have written)
+    cache.read(files[8], ["k", "s"])
+    assert len(listings) == 2
+    for i, f in enumerate(files[9:], start=9):  # full: a listing deletes down to LOW_WATER of the limit
+        clock[0] += 0.001 * i
+        cache.read(f, ["k", "s"])
+        sizes = [e.stat().st_size for e in os.scandir(tmp_path / "cache")]
+        assert sum(sizes) <= cache.limit, (i, sizes)
+    # 21 copies written into a directory holding 9 of them: at most one listing per copy over the
+    # low water mark, not one per copy
+    assert 3 <= len(listings) <= 2 + (21 + 1) // 2, len(listings)
+    kept = sorted(os.listdir(tmp_path / "cache"))
+    assert len(kept) <= 9

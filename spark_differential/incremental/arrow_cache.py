@@ -16,6 +16,13 @@ pages are read, so reading a trace by key costs what the touched keys hold, not 
 
 The directory holds at most ``limit`` bytes: writing a copy that would pass it first
 deletes the copies used least recently (a read refreshes a copy's modification time).
+Finding them lists the directory, whose cost grows with the number of copies (a machine
+that ran many small views holds tens of thousands: 0.13 s a listing at 32,000), so a
+process lists it once, then counts what it writes itself, and lists it again only when
+that count says the limit would be passed or :data:`RESCAN_SECONDS` have passed (other
+processes write there too: they may pass the limit by what they wrote in that time, until
+a listing catches it).  A listing that deletes leaves the copies at most :data:`LOW_WATER`
+of the limit, so a full directory is not listed again at every copy.
 A copy of a file that changed has another name, so it is never read for it; copies of
 files that are gone are deleted in their turn.  ``spark_differential.incremental.arrowCacheBytes``
 sets the limit (``0`` turns the copies off): :func:`spark_differential.core.settings.arrow_cache_bytes`.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +48,10 @@ pq = lazy("pyarrow.parquet")
 SUFFIX = ".arrow"
 INDEX_SUFFIX = ".index.arrow"  # an index's copy (:meth:`ArrowCache.index`)
 _INDEX = "\x01index"  # names an index's copy apart from any columns' copy
+LOW_WATER = 0.9  # a listing that must delete copies leaves them at most this share of the limit
+RESCAN_SECONDS = 60.0  # a process lists the copies again at least this often when it writes one
+# per directory: (when this process last listed it, the bytes of its copies then plus what it wrote since)
+_listed: dict[str, tuple[float, int]] = {}
 
 
 @dataclass(frozen=True)
@@ -123,18 +135,33 @@ class ArrowCache:
         if table.nbytes > self.limit // 2:
             return
         os.makedirs(self.directory, exist_ok=True)
-        self._evict(self.limit - table.nbytes)
+        self._make_room(table.nbytes)
         tmp = f"{name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
                 out.write_table(table)
+            size = os.path.getsize(tmp)
             os.replace(tmp, name)
         except OSError:  # a full disk, say: the copy is an optimization only
             if os.path.exists(tmp):
                 os.remove(tmp)
+            return
+        listed, total = _listed[self.directory]
+        _listed[self.directory] = (listed, total + size)
 
-    def _evict(self, room: int) -> None:
-        """Delete the least recently used copies until they take at most ``room`` bytes."""
+    def _make_room(self, nbytes: int) -> None:
+        """Room for a copy of ``nbytes``: the directory listed and its least recently used copies
+        deleted (:meth:`_evict`), unless this process listed it less than :data:`RESCAN_SECONDS`
+        ago and the bytes it counted since leave the room (the module docstring)."""
+        now = time.monotonic()
+        listed, total = _listed.get(self.directory, (-RESCAN_SECONDS, self.limit))
+        if now - listed < RESCAN_SECONDS and total + nbytes <= self.limit:
+            return
+        _listed[self.directory] = (now, self._evict(self.limit - nbytes, int(self.limit * LOW_WATER) - nbytes))
+
+    def _evict(self, room: int, low: int) -> int:
+        """When the copies take more than ``room`` bytes, delete the least recently used until
+        they take at most ``low``; the bytes left."""
         entries = []
         for entry in os.scandir(self.directory):
             try:
@@ -143,14 +170,17 @@ class ArrowCache:
                 continue
             entries.append((st.st_mtime_ns, st.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
+        if total <= room:
+            return total
         for _, size, path in sorted(entries):
-            if total <= room:
+            if total <= low:
                 break
             try:
                 os.remove(path)
             except OSError:
                 pass
             total -= size
+        return total
 
 
 __all__ = ["ArrowCache"]
