@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,8 @@ pq = lazy("pyarrow.parquet")
 log = logging.getLogger("spark_differential.incremental")
 
 OP = "sd.incremental"  # what null checks of the task's inputs name
+RECORDED_KEPT = 16  # queries whose recording :func:`recorded` keeps (the least recently used go first)
+_recorded: OrderedDict[tuple[Any, ...], tuple[QueryProgram, DataFrame] | Untranslatable] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -312,8 +315,9 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         return None
     if any(o.side(j) not in (ROWS, TOTALS) for o in operators for j in range(len(o.inputs))):
         return None  # a loop's traces: its own one task (incremental.loop)
+    large = settings.large_var_types(spark)  # (read once: every Arrow schema below takes it)
     try:
-        program, result = record_query(spark, query, up.schemas, up.ttype)
+        program, result = recorded(spark, query, up.schemas, up.ttype, large)
     except Untranslatable as e:
         log.info("%s runs distributed: its query cannot run inside one task (%s)", where, e)
         return None
@@ -333,7 +337,6 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
     old_traces = dict(state.trace_files) if state is not None else {}
     root = store.files.local_root()  # traces on this machine's filesystem: the task reads them with pyarrow
-    large = settings.large_var_types(spark)  # (read once: every Arrow schema below takes it)
     stored_rows = 0
     traces: list[StoredTrace] = []
     kept_files: dict[str, list[str]] = {}
@@ -424,6 +427,33 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     )
 
 
+def recorded(spark: Any, query: Callable[..., DataFrame], schemas: Mapping[str, T.StructType], ttype: TimeType,
+             large: bool) -> tuple[QueryProgram, DataFrame]:
+    """:func:`~spark_differential.intask.query.record_query`'s answer (or its
+    :class:`~spark_differential.intask.relation.Untranslatable`), recorded at the first update
+    of a query over these input schemas and time type in this session and kept for the next
+    ones (up to :data:`RECORDED_KEPT` queries): recording calls the query on placeholders,
+    about 60 py4j round trips, a sixth of a small update's time.  A view's query is a function
+    of its inputs (the one-task path refuses any other DataFrame in it), so its program does
+    not change from one update to the next; the session's settings the recording reads
+    (``large``: :func:`~spark_differential.core.settings.large_var_types`, and ANSI mode) are
+    part of the key."""
+    key = (spark, query, tuple((n, s.json()) for n, s in schemas.items()), ttype, large, settings.ansi(spark))
+    got = _recorded.get(key)
+    if got is None:
+        try:
+            got = record_query(spark, query, schemas, ttype)
+        except Untranslatable as e:
+            got = e
+        _recorded[key] = got
+        while len(_recorded) > RECORDED_KEPT:
+            _recorded.popitem(last=False)
+    _recorded.move_to_end(key)
+    if isinstance(got, Untranslatable):
+        raise got
+    return got
+
+
 def _matches(program: QueryProgram, operators: Sequence[Operator]) -> bool:
     """Whether the recorded query calls the stored operators, with the stored traces' columns."""
     steps = [s for s in program.steps if isinstance(s, Stateful)]
@@ -453,4 +483,4 @@ def _as_stored(out: DataFrame, view_schema: T.StructType, ttype: TimeType) -> Da
     return stored.withColumn(o[nd], ttype.decode_columns([F.col(c) for c in ol[nd:nd + w]])).drop(*ol[nd:nd + w])
 
 
-__all__ = ["StoredTrace", "task", "update_tables", "write"]
+__all__ = ["StoredTrace", "recorded", "task", "update_tables", "write"]
