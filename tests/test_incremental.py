@@ -491,6 +491,33 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, caplog, stage:
     assert reads == [0 if where == "one_task" else 1] * 5, reads
 
 
+def test_a_one_task_update_records_the_query_once(spark, tmp_path, caplog) -> None:
+    """The one-task path records a view's query (calls it on placeholders: about 60 py4j round
+    trips) at its first update over the inputs' schemas and keeps the program for the next
+    ones (``onetask.recorded``); the answers stay those of the query."""
+    calls = []
+
+    def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
+        calls.append(1)
+        return orders.dd_join(customers, on="cid").dd_count(by="region")
+
+    o_schema, c_schema = "oid long, cid long, time long, diff long", "cid long, region string, time long, diff long"
+    rng = random.Random(5)
+    orders = [(j, rng.randrange(6), 0, 1) for j in range(20)]
+    customers = [(c, f"r{c % 3}", 0, 1) for c in range(6)]
+    view = sd.incremental(str(tmp_path / "v"), per_region, stage=2)
+    jobs: list = []
+    got: list = []
+    seen = []
+    with update_path(spark, "one_task", caplog):
+        for i in range(4):
+            _one_update(spark, view, rng, i, orders, customers, o_schema, c_schema, jobs, got)
+            seen.append(len(calls))
+    assert seen[1] == seen[2] == seen[3], seen  # updates 2 and 3 call the query no more
+    want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
+    assert want and sorted(consolidate(got)) == sorted(want)
+
+
 def _one_update(spark: Any, view: Any, rng: random.Random, i: int, orders: list, customers: list, o_schema: str,
                 c_schema: str, jobs: list, got: list, reads: list | None = None) -> None:
     """Update ``i`` of the join + count view of the test above: its jobs, output and (``reads``)
