@@ -941,3 +941,31 @@ def test_stage2_one_task_and_distributed_agree_on_every_column_type(spark, tmp_p
         for d, _, r in rows_of(q(whole_a, whole_b)):
             want[d] = want.get(d, 0) + r
         assert {d: r for d, r in snap.items() if r} == want, i
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_foreach_batch_reads_a_small_batch_twice_and_caches_an_unsized_one(spark, tmp_path, monkeypatch,
+                                                                            sized: bool) -> None:
+    """Counts, not timings: a micro-batch Spark estimates small is read twice (its largest time, then
+    the update, in one task: 2 jobs); one it cannot size is cached first (adaptive execution
+    materializes the cache as a job of its own: 3 jobs).  Both give the same output."""
+    from spark_differential.core.jobs import count_jobs
+    from spark_differential.incremental import streaming
+    from spark_differential.intask.sources import Estimate
+
+    if not sized:
+        monkeypatch.setattr(streaming, "estimated_rows", lambda dfs: Estimate(0, False, False, None))
+    view = sd.incremental(str(tmp_path / "v"), counts)
+    seen: list = []
+    fn = view.foreach_batch(lambda out, i: seen.append(sorted(rows_of(out))), time="ts")
+
+    def batch(i: int, rows: list) -> DataFrame:  # read from a file, as a file source's micro-batch is
+        spark.createDataFrame(rows, "k long, x long, ts long").write.parquet(str(tmp_path / f"b{i}"))
+        return spark.read.parquet(str(tmp_path / f"b{i}"))
+
+    fn(batch(0, [(1, 1, 0)]), 0)
+    second = batch(1, [(1, 2, 1), (2, 5, 1)])
+    with count_jobs(spark) as counted:
+        fn(second, 1)
+    assert seen[1] == [((1, 1), 1, -1), ((1, 2), 1, 1), ((2, 1), 1, 1)]
+    assert counted.jobs == (2 if sized else 3), counted.jobs

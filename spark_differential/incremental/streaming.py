@@ -4,6 +4,11 @@ On ``(data, time, diff)``: each micro-batch of a stream is a change log of one i
 the view; it becomes one update of the view, with the micro-batch id as its batch id (so a
 replayed batch changes nothing) and a new frontier: the batch's largest time + 1 (never
 earlier than the view's frontier), or what a function of the batch says (a watermark).
+Finding the largest time reads the batch once before the update reads it again: a batch Spark
+estimates at most :data:`REREAD_ROWS` rows (a file source's micro-batch, say) is simply read
+twice, one job and the update's; a larger or unsized one (a Kafka source's) is cached first,
+so it is computed once, at the cost of one more job (adaptive execution materializes the
+cache as a job of its own).
 :func:`batch_function` builds the function ``writeStream.foreachBatch`` calls;
 :meth:`spark_differential.incremental.view.IncrementalView.foreach_batch` is its public face.
 """
@@ -20,7 +25,10 @@ from spark_differential.core.collection import TIME, inspect
 from spark_differential.core.lattice import Leaves, Total
 from spark_differential.errors import FrontierError, IncrementalStateError
 from spark_differential.incremental.inputs import check_late, params
+from spark_differential.intask.sources import estimated_rows
 from spark_differential.io.tables import collection
+
+REREAD_ROWS = 100_000  # a micro-batch Spark estimates at most this big is read twice rather than cached
 
 # update(upto, batch_id, late, **inputs) -> the output that became complete (IncrementalView.update)
 UpdateFn = Callable[..., DataFrame]
@@ -60,7 +68,10 @@ def batch_function(
 
     def apply(batch: DataFrame, batch_id: int) -> None:
         coll = collection(batch, time=time, diff=diff, check_nulls=False)
-        coll = coll.persist()
+        size = estimated_rows([coll])
+        cached = not (size.known and size.rows <= REREAD_ROWS)
+        if cached:
+            coll = coll.persist()
         try:
             if upto is not None:
                 if coll.isEmpty():
@@ -74,7 +85,8 @@ def batch_function(
             if sink is not None:
                 sink(out, int(batch_id))
         finally:
-            coll.unpersist()
+            if cached:
+                coll.unpersist()
 
     return apply
 
