@@ -29,6 +29,7 @@ from spark_differential.core.collection import (
     integral_sql,
     may_be_null,
     null_guard,
+    null_guard_sql,
     qcol,
     qcols,
     quoted,
@@ -114,6 +115,12 @@ def collection(
             raise ReservedNameError(f"{op}: column `{c}` uses the reserved prefix {RESERVED_PREFIX!r}; rename it")
     if check_nulls:
         _check_nulls(df, time, diff_src, op)
+    if integral_sql(ttype) is not None:  # SQL text: one selectExpr, not a few py4j round trips per Column
+        t = quoted(time)
+        d = "CAST(1 AS BIGINT)" if diff_src is None else null_guard_sql(
+            f"CAST({quoted(diff_src)} AS BIGINT)", [quoted(diff_src)], "diff", op)
+        return df.selectExpr(*map(quoted, data), f"{null_guard_sql(t, [t], 'time', op)} AS {quoted(TIME)}",
+                             f"{d} AS {quoted(DIFF)}")
     tcol = qcol(time)
     tcol = null_guard(tcol, ttype.encode_column(tcol), "time", op)
     if diff_src is None:
