@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_differential.core.collection import TIME, inspect
+from spark_differential.core.collection import TIME, inspect, integral_sql, quoted
 from spark_differential.core.lattice import Leaves, Total
 from spark_differential.errors import FrontierError, IncrementalStateError
 from spark_differential.incremental.inputs import check_late, params
@@ -109,7 +109,10 @@ def next_frontier(coll: DataFrame, frontier: Callable[[], Sequence[Leaves] | Non
     # coalesce(1): the max in one task, one job (an aggregate over several partitions is a shuffle and,
     # with adaptive execution, a job per stage; first() on the cached batch would add one); a micro-batch is
     # small, and the cache is filled whole
-    (top,) = coll.coalesce(1).select(F.max(ttype.encode_column(F.col(TIME))[0])).collect()
+    sql_type = integral_sql(ttype)
+    top_col = (F.expr(f"max(CAST({quoted(TIME)} AS BIGINT))") if sql_type is not None  # (SQL text: fewer round trips)
+               else F.max(ttype.encode_column(F.col(TIME))[0]))
+    (top,) = coll.coalesce(1).select(top_col).collect()
     if top[0] is None:
         return None
     nxt = int(top[0]) + 1

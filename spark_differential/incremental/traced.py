@@ -391,7 +391,6 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     version (one job); otherwise it is called again, the loop written apart."""
     state, ttype, directory, new_front = up.state, up.ttype, up.directory, up.new_front
     spark = store.spark
-    changes = {n: up.incoming[n] if n in up.incoming else spark.createDataFrame([], up.schemas[n]) for n in up.schemas}
     old_traces = dict(state.trace_files) if state is not None else {}
     cache = store.arrow_cache()
 
@@ -404,6 +403,8 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide, cache),
             local_dirs=store.local_dirs, cache=cache, defer_loop=defer,
         )
+        # (an input the update does not name: no changes; made here, as the one-task path needs none)
+        changes = {n: up.incoming[n] if n in up.incoming else store.read([], up.schemas[n], n) for n in up.schemas}
         with collecting() as history_ops, seam.handling(run):
             result = query(**changes)
         run.finished()
