@@ -491,11 +491,17 @@ def test_jobs_of_one_update_of_a_join_count_view(spark, tmp_path, caplog, stage:
     assert reads == [0 if where == "one_task" else 1] * 5, reads
 
 
-def test_a_one_task_update_records_the_query_once(spark, tmp_path, caplog) -> None:
+def test_a_one_task_update_records_the_query_once(spark, tmp_path, caplog, monkeypatch) -> None:
     """The one-task path records a view's query (calls it on placeholders: about 60 py4j round
     trips) at its first update over the inputs' schemas and keeps the program for the next
-    ones (``onetask.recorded``); the answers stay those of the query."""
+    ones (``onetask.recorded``), and checks the inputs' late times in its tagging projection,
+    not in projections of their own (``inputs.late_guard``); the answers stay those of the query."""
+    from spark_differential.incremental import inputs
+
     calls = []
+    guards = []
+    real_guard = inputs.late_guard
+    monkeypatch.setattr(inputs, "late_guard", lambda *a, **k: guards.append(a[1]) or real_guard(*a, **k))
 
     def per_region(orders: DataFrame, customers: DataFrame) -> DataFrame:
         calls.append(1)
@@ -514,6 +520,7 @@ def test_a_one_task_update_records_the_query_once(spark, tmp_path, caplog) -> No
             _one_update(spark, view, rng, i, orders, customers, o_schema, c_schema, jobs, got)
             seen.append(len(calls))
     assert seen[1] == seen[2] == seen[3], seen  # updates 2 and 3 call the query no more
+    assert guards == [], guards
     want = rows_of(per_region(spark.createDataFrame(orders, o_schema), spark.createDataFrame(customers, c_schema)))
     assert want and sorted(consolidate(got)) == sorted(want)
 

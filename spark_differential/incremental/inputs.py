@@ -14,7 +14,7 @@ moves late updates into the future of ``F`` (:func:`~spark_differential.incremen
 from __future__ import annotations
 
 import inspect as _inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -197,22 +197,66 @@ def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[L
     >>> late_guard("update", "a", df, Total(), [(5,)]).collect()
     [Row(x=1, time=7, diff=1)]
     """
-    before = f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "
-    after = (f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
-             "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
-             "frontier on.")
+    before, after = _late_message(op, name, ttype, front)
     if integral_sql(ttype) is not None:  # SQL text: one selectExpr, not a few py4j round trips per Column
         schema = df.schema
         t = quoted(TIME) if nulls is None else guard_expr(schema, TIME, nulls)
-        inside = " OR ".join(f"{t} >= {int(f[0])}" for f in front) or "false"
-        msg = f"concat({sql_text(before)}, coalesce(CAST({t} AS STRING), 'null'), {sql_text(after)})"
-        guarded = f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END AS {quoted(TIME)}"
+        guarded = f"{late_sql(op, name, ttype, front, t)} AS {quoted(TIME)}"
         return df.selectExpr(*[guarded if c == TIME else quoted(c) if nulls is None else guarded_sql(schema, c, nulls)
                                for c in df.columns])
     msg_col = F.concat(F.lit(before), F.coalesce(F.col(TIME).cast("string"), F.lit("null")),  # never a null message
                        F.lit(after))
     guarded_col = F.when(in_future(df, ttype, front), F.col(TIME)).otherwise(F.raise_error(msg_col))
     return df.withColumn(TIME, guarded_col)
+
+
+def _late_message(op: str, name: str, ttype: TimeType, front: list[Leaves]) -> tuple[str, str]:
+    """What :class:`LateUpdateError`'s message says before and after the late time."""
+    before = f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "
+    after = (f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
+             "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
+             "frontier on.")
+    return before, after
+
+
+def late_sql(op: str, name: str, ttype: TimeType, front: list[Leaves], t: str) -> str:
+    """:func:`late_guard`'s check of an integral time as SQL text: the time ``t`` (a SQL
+    expression, not null) unchanged, or the job fails with :class:`LateUpdateError` (its message
+    never null: the time is spelled with ``coalesce``).
+
+    >>> from spark_differential.core.lattice import Total
+    >>> late_sql("update", "a", Total(), [(5,)], "t").startswith("CASE WHEN t >= 5 THEN t ELSE raise_error(")
+    True
+    """
+    before, after = _late_message(op, name, ttype, front)
+    inside = " OR ".join(f"{t} >= {int(f[0])}" for f in front) or "false"
+    msg = f"concat({sql_text(before)}, coalesce(CAST({t} AS STRING), 'null'), {sql_text(after)})"
+    return f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END"
+
+
+class Guarded(Mapping[str, DataFrame]):
+    """The new updates of each input as the view takes them (:func:`incoming`), built at the
+    first read of each: the one-task path reads the inputs as given and checks them in its own
+    projection (:func:`late_sql`), so it never pays for these projections' py4j round trips."""
+
+    def __init__(self, op: str, raw: Mapping[str, DataFrame], ttype: TimeType, front: list[Leaves] | None,
+                 late: str) -> None:
+        self.op, self.raw, self.ttype, self.front, self.late = op, raw, ttype, front, late
+        self._built: dict[str, DataFrame] = {}
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._built:
+            self._built[name] = incoming(self.op, name, self.raw[name], self.ttype, self.front, self.late)
+        return self._built[name]
+
+    def __contains__(self, name: object) -> bool:  # (Mapping's would build the input)
+        return name in self.raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
 
 
 def incoming(
@@ -270,8 +314,10 @@ __all__ = [
     "check_late",
     "check_output",
     "frontier_value",
+    "Guarded",
     "incoming",
     "late_guard",
+    "late_sql",
     "params",
     "same_type",
 ]

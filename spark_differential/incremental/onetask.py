@@ -54,7 +54,7 @@ from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.arrow_cache import ArrowCache
-from spark_differential.incremental.inputs import check_output
+from spark_differential.incremental.inputs import Guarded, check_output, late_sql
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
@@ -331,7 +331,12 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     parts: list[DataFrame] = []
     for j, name in enumerate(program.names):
         if name in up.incoming:
-            parts.append(tag_source(up.incoming[name], j, program.columns[j][:-ttype.width - 1], ttype, op=up.op))
+            cols = program.columns[j][:-ttype.width - 1]
+            raw, late = _as_given(up, name)
+            if raw is None:  # checked (or lifted) in projections of their own
+                parts.append(tag_source(up.incoming[name], j, cols, ttype, op=up.op))
+            else:  # the null and late checks in the tagging's one projection
+                parts.append(tag_source(raw, j, cols, ttype, op=f"{up.op} (input `{name}`)", check=late))
     data = [f.name for f in view_schema.fields[:-2]]
     if state is not None and state.pending_files:
         parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
@@ -452,6 +457,22 @@ def recorded(spark: Any, query: Callable[..., DataFrame], schemas: Mapping[str, 
     if isinstance(got, Untranslatable):
         raise got
     return got
+
+
+def _as_given(up: Update, name: str) -> tuple[DataFrame | None, Callable[[str], str] | None]:
+    """Input ``name``'s new updates as the update was given them, with the late guard of an
+    integral time as SQL (:func:`~spark_differential.incremental.inputs.late_sql`), when the
+    task's tagging can check them in its own projection (``late="error"``; a first update is
+    checked by the operators); else ``(None, None)``: the task reads ``up.incoming``."""
+    incoming = up.incoming
+    if not isinstance(incoming, Guarded) or integral_sql(up.ttype) is None:
+        return None, None
+    front = up.old_front
+    if front is None:
+        return incoming.raw[name], None
+    if incoming.late != "error":
+        return None, None
+    return incoming.raw[name], lambda t: late_sql(up.op, name, up.ttype, front, t)
 
 
 def _matches(program: QueryProgram, operators: Sequence[Operator]) -> bool:

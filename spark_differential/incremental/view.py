@@ -66,12 +66,12 @@ from spark_differential.errors import (
 )
 from spark_differential.incremental import rerun, traced
 from spark_differential.incremental.inputs import (
+    Guarded,
     as_frontier,
     check_forward,
     check_inputs,
     check_late,
     frontier_value,
-    incoming,
 )
 from spark_differential.incremental.lift import lift, lift_updates, upset_coefficients
 from spark_differential.incremental.lock import WriterLock
@@ -247,8 +247,8 @@ class IncrementalView:
         store.mkdirs(directory)
         up = Update(
             op, self.path, state, schemas,
-            {n: incoming(op, n, _in_order(new[n][2], schemas[n].names), ttype, old_front, late)
-             for n in names if n in new},
+            Guarded(op, {n: _in_order(new[n][2], schemas[n].names) for n in names if n in new}, ttype, old_front,
+                    late),
             ttype, old_front, new_front, directory,
         )
         try:
