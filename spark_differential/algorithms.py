@@ -20,14 +20,16 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_differential.core.collection import DIFF, TIME, inspect
+from spark_differential.core.collection import DIFF, TIME, inspect, quoted
 from spark_differential.core.planning import without_origin_tracking
 from spark_differential.errors import TimeTypeError
 from spark_differential.operators.calculus import dd_delay, differentiate, integrate
 
 
-def _edges(edges: DataFrame, src: str, dst: str) -> DataFrame:
-    return edges.select(F.col(src).alias("src"), F.col(dst).alias("dst"), TIME, DIFF)
+def _edges(edges: DataFrame, src: str, dst: str, as_src: str = "src") -> DataFrame:
+    """``edges``' columns ``src`` and ``dst`` as ``as_src`` and ``dst`` (SQL text: one py4j round
+    trip for the projection, where Columns cost a few each)."""
+    return edges.selectExpr(f"{quoted(src)} AS {as_src}", f"{quoted(dst)} AS dst", quoted(TIME), quoted(DIFF))
 
 
 @without_origin_tracking
@@ -63,13 +65,13 @@ def bfs(
     +----+----+----+----+
     <BLANKLINE>
     """
-    e = _edges(edges, src, dst).withColumnRenamed("src", "node")
-    start = roots.select("node", F.lit(0).cast("long").alias("dist"), TIME, DIFF)
+    e = _edges(edges, src, dst, as_src="node")
+    start = roots.selectExpr("node", "CAST(0 AS BIGINT) AS dist", quoted(TIME), quoted(DIFF))
 
     def step(d: DataFrame) -> DataFrame:
         return (
             d.dd_join(e, on="node")
-            .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), TIME, DIFF)
+            .selectExpr("dst AS node", "dist + 1 AS dist", quoted(TIME), quoted(DIFF))
             .dd_concat(start, consolidate=False)  # dd_min consolidates its input anyway
             .dd_min(by="node", col="dist")
         )
@@ -106,7 +108,7 @@ def reachability(
     +----+----+----+----+
     <BLANKLINE>
     """
-    e = _edges(edges, src, dst).withColumnRenamed("src", "node")
+    e = _edges(edges, src, dst, as_src="node")
     start = roots.select("root", F.col("root").alias("node"), TIME, DIFF)
 
     def step(reach: DataFrame) -> DataFrame:

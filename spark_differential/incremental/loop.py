@@ -84,7 +84,7 @@ from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
 from spark_differential.intask.record import record as record_body
 from spark_differential.intask.relation import Untranslatable, leaves
-from spark_differential.intask.sources import source_table, tag_name, tag_source
+from spark_differential.intask.sources import run_row, source_table, tag_name, tag_source
 from spark_differential.intask.step import relation_rows, run_concat, unconsolidated, user_named
 from spark_differential.kernels.common import NEW, D, conform, times
 from spark_differential.loop.iterate import check_body_output, new_loop_time, rule_checked
@@ -554,7 +554,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     writes the whole version in one job."""
     spark = df.sparkSession
     data = list(cs.data_cols)
-    user = df.select(*[F.col(quoted(c)) for c in data], TIME, DIFF).schema
+    user = T.StructType([df.schema[c] for c in (*data, TIME, DIFF)])
     try:
         program, sources = record(df, cs, body, max_iterations)
     except Untranslatable as e:
@@ -602,7 +602,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     union: DataFrame | None = None
     if all(d is not None for d in traces):  # on this machine: the task reads them itself
         local = Local(traces[:len(tags)], traces[len(tags):], run.cache)  # type: ignore[arg-type]
-        union = spark.createDataFrame([(-1,)], f"{SRC} int")  # (the task runs when nothing is new)
+        union = run_row(spark)  # (the task runs when nothing is new)
     for j, (part, t, schema) in enumerate(zip(parts, held_tags, held_schemas)):
         if local is None:
             before = run.read(run.traces.get(t, []), schema, t).select(F.lit(j).alias(SRC), *schema.names)

@@ -62,7 +62,7 @@ from spark_differential.incremental.store import Part, Store, parquet_files, rea
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
-from spark_differential.intask.sources import estimated_rows, tag_name, tag_source
+from spark_differential.intask.sources import estimated_rows, run_row, tag_name, tag_source
 from spark_differential.intask.step import kernel_input, relation_rows, run_concat, user_named
 from spark_differential.kernels import native
 from spark_differential.kernels import totals as ktotals
@@ -371,7 +371,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                     parts.append(rows.select(F.lit(src).alias(SRC), *[F.col(f.name).alias(tag_name(src, i))
                                                                       for i, f in enumerate(schema.fields)]))
     if not parts:  # nothing new, nothing held back: the task runs for the traces' merges alone
-        parts.append(spark.createDataFrame([(-1,)], f"{SRC} int"))
+        parts.append(run_row(spark))
     union: DataFrame | None = None
     for p in parts:
         union = p if union is None else union.unionByName(p, allowMissingColumns=True)

@@ -106,8 +106,8 @@ class Store:
         ``prefix`` names the collection's columns in the files (:func:`~.storage.physical`)."""
         if not rels:  # (made once per schema: an empty DataFrame costs some 30 py4j round trips)
             key = schema.json()
-            if key not in self._empty:
-                self._empty[key] = self.spark.createDataFrame([], schema)
+            if key not in self._empty:  # local rows from Arrow: reading them runs no Spark job
+                self._empty[key] = self.spark.createDataFrame(arrow_schema(self.spark, schema).empty_table(), schema)
             return self._empty[key]
         names = physical(prefix, schema)
         stored = T.StructType([T.StructField(p, f.dataType, True) for p, f in zip(names, schema.fields)])

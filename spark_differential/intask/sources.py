@@ -71,6 +71,24 @@ def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = Fal
     )
 
 
+_runs: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # run_row's DataFrame, by session
+
+
+def run_row(spark: Any) -> Any:
+    """One row tagged ``SRC = -1`` (no source's), for a task that must run when no source has
+    a row (it still reads stored state and writes a version): made once per session, as a
+    DataFrame of local rows costs some 30 py4j round trips."""
+    try:
+        return _runs[spark]
+    except (KeyError, TypeError):
+        df = spark.createDataFrame([(-1,)], f"{SRC} int")
+        try:
+            _runs[spark] = df
+        except TypeError:  # a session that cannot be weakly referenced: made each time
+            pass
+        return df
+
+
 class Estimate(NamedTuple):
     """Spark's estimate of a loop's sources (:func:`estimated_rows`): ``rows``, a lower
     estimate of their rows (sources of unknown size left out); ``held``, whether every
