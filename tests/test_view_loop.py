@@ -479,6 +479,46 @@ def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
                                                                                               reads, sizes)
 
 
+@pytest.mark.parametrize("query", [bfs_view, near_view])
+def test_bad_input_to_a_loop_view_is_a_named_error(spark, tmp_path, query: Callable[..., DataFrame]) -> None:
+    """A loop view's inputs get the errors every view's get, on its first update and on later
+    ones, with either ``late`` mode: a null time or diff is a :class:`NullValueError` (naming the
+    input, but on ``near_view``'s first update), an update before the frontier a :class:`LateUpdateError` (``late="error"``) or counted
+    from the frontier on (``late="advance"``); a failed update stores nothing.  ``bfs_view``'s
+    task checks its inputs' rows itself (one job an update), ``near_view``'s are checked by
+    projections (its loop is written apart)."""
+    from spark_differential.errors import LateUpdateError, NullValueError
+
+    path = str(tmp_path / query.__name__)
+    view = sd.incremental(path, query)
+    roots = spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long")
+    nullable = "src long, dst long, time long, diff long"
+    for bad, what in [([(0, 1, None, 1)], "time"), ([(0, 1, 0, None)], "diff")]:  # a first update
+        with pytest.raises(Exception) as raw:
+            view.update(upto=1, roots=roots, edges=spark.createDataFrame(bad, nullable)).collect()
+        err = sd.unwrap(raw.value)
+        assert isinstance(err, NullValueError) and f"a null {what}" in str(err), str(err)
+        # (bfs_view's task names the input; near_view's first update meets dd_iterate's own check)
+        assert ("`edges`" in str(err)) == (query is bfs_view), str(err)
+        assert view.frontier is None
+    view.update(upto=5, roots=roots, edges=spark.createDataFrame([(0, 1, 0, 1)], nullable)).collect()
+    for late in ("error", "advance"):
+        for bad, what in [([(1, 2, None, 1), (1, 3, 6, 1)], "time"), ([(1, 2, 7, None)], "diff")]:
+            with pytest.raises(Exception) as raw:
+                view.update(upto=8, late=late, edges=spark.createDataFrame(bad, nullable)).collect()
+            err = sd.unwrap(raw.value)
+            assert isinstance(err, NullValueError) and f"a null {what}" in str(err) and "`edges`" in str(err), \
+                (late, str(err))
+            assert view.frontier == 5
+    late_edges = spark.createDataFrame([(1, 2, 3, 1), (1, 3, 6, 1)], nullable)
+    with pytest.raises(LateUpdateError, match=r"input `edges` has an update at time 3, not in the future of the "
+                                              r"view's frontier 5"):
+        view.update(upto=8, edges=late_edges)
+    assert view.frontier == 5
+    got = sorted((r.node, r.dist, r.time, r.diff) for r in view.update(upto=8, late="advance", edges=late_edges).collect())
+    assert got == [(2, 2, 5, 1), (3, 2, 6, 1)]
+
+
 def test_version_output_returns_the_past_and_holds_the_future() -> None:
     """``version_output`` (no Spark): a loop's change and the output held back before,
     consolidated together, split at the new frontier."""

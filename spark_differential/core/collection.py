@@ -126,10 +126,12 @@ def null_guard(col: Column, leaves: Sequence[Column], what: str, op: str = "") -
     cond = leaves[0].isNull()
     for leaf in leaves[1:]:
         cond = cond | leaf.isNull()
-    return F.when(cond, F.raise_error(F.lit(_null_message(what, op)))).otherwise(col)
+    return F.when(cond, F.raise_error(F.lit(null_message(what, op)))).otherwise(col)
 
 
-def _null_message(what: str, op: str) -> str:
+def null_message(what: str, op: str) -> str:
+    """The message of the :class:`NullValueError` a null ``what`` (``time`` or ``diff``) reaching ``op``
+    raises, prefixed with the class name (as a job failure's text carries it: :func:`null_guard`)."""
     where = f"{op}: " if op else ""
     return (
         f"NullValueError: {where}a null {what} reached the operator; every update needs a non-null "
@@ -164,7 +166,7 @@ def null_guard_sql(expr: str, leaves: Sequence[str], what: str, op: str = "", ze
     >>> null_guard_sql("`diff`", ["`diff`"], "diff", "op", zero="0L").startswith("coalesce(`diff`, raise_error(")
     True
     """
-    message = sql_text(_null_message(what, op))
+    message = sql_text(null_message(what, op))
     if zero is not None and list(leaves) == [expr]:
         return f"coalesce({expr}, raise_error({message}), {zero})"
     cond = " OR ".join(f"({leaf}) IS NULL" for leaf in leaves)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect as _inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -29,18 +30,25 @@ from spark_differential.core.collection import (
     guarded_sql,
     inspect,
     integral_sql,
+    null_message,
     quoted,
     sql_text,
 )
 from spark_differential.core.lattice import Antichain, Leaves, TimeType, Total
+from spark_differential.core.lazy import lazy
 from spark_differential.errors import (
     FrontierError,
     IncrementalStateError,
+    LateUpdateError,
+    NullValueError,
     SchemaMismatchError,
     TimeTypeMismatchError,
 )
 from spark_differential.incremental.lift import in_future, lift
 from spark_differential.incremental.manifest import State
+
+pa = lazy("pyarrow")
+pc = lazy("pyarrow.compute")
 
 LATE_MODES = ("error", "advance")
 
@@ -212,7 +220,7 @@ def late_guard(op: str, name: str, df: DataFrame, ttype: TimeType, front: list[L
 
 def _late_message(op: str, name: str, ttype: TimeType, front: list[Leaves]) -> tuple[str, str]:
     """What :class:`LateUpdateError`'s message says before and after the late time."""
-    before = f"spark_differential LateUpdateError: {op}: input `{name}` has an update at time "
+    before = f"{_LATE_PREFIX}{op}: input `{name}` has an update at time "
     after = (f", not in the future of the view's frontier {frontier_value(ttype, front)!r}; the view already "
              "returned its output there. Send it at a later time, or pass late='advance' to count it from the "
              "frontier on.")
@@ -234,10 +242,64 @@ def late_sql(op: str, name: str, ttype: TimeType, front: list[Leaves], t: str) -
     return f"CASE WHEN {inside} THEN {t} ELSE raise_error({msg}) END"
 
 
+_LATE_PREFIX = "spark_differential LateUpdateError: "
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """The checks of an input's new updates that the task reading them makes itself, on its Arrow
+    rows, instead of a projection of SQL text (whose analysis costs the driver some 10-20 ms an
+    input): a null time leaf or diff fails with :class:`NullValueError` naming ``op``; then, with
+    ``late`` (:meth:`of`: an integral time's frontier), a time before the frontier fails with
+    :class:`LateUpdateError`; the messages :func:`late_guard` and
+    :func:`~spark_differential.core.collection.null_guard` give.
+
+    >>> import pyarrow as pa
+    >>> check = TaskCheck.of("update", "a", Total(), [(5,)])
+    >>> check(pa.table({"_t0": [5, 7], "diff": [1, 1]}), ["_t0"], "diff")   # nothing wrong
+    >>> for t in ([5, 3], [None, 3]):
+    ...     try:
+    ...         check(pa.table({"_t0": t, "diff": [1, 1]}), ["_t0"], "diff")
+    ...     except (LateUpdateError, NullValueError) as e:
+    ...         print(type(e).__name__, str(e).split(",")[0].split(";")[0])
+    LateUpdateError update: input `a` has an update at time 3
+    NullValueError update (input `a`): a null time reached the operator
+    """
+
+    op: str  # what the null message names
+    # the late message's two halves and the frontier's earliest leaf (None: an empty frontier, every time late)
+    late: tuple[str, str, int | None] | None = None
+
+    @classmethod
+    def of(cls, op: str, name: str, ttype: TimeType, front: list[Leaves] | None) -> TaskCheck:
+        """The checks of input ``name``'s updates (``front``: the view's frontier of an integral
+        time, the late check's; ``None``: no late check, a first update)."""
+        if front is None:
+            return cls(f"{op} (input `{name}`)")
+        before, after = _late_message(op, name, ttype, front)
+        # a time is in the future of the frontier when it is at least one of its elements
+        earliest = min((int(f[0]) for f in front), default=None)
+        return cls(f"{op} (input `{name}`)", (before.removeprefix(_LATE_PREFIX), after, earliest))
+
+    def __call__(self, rows: pa.Table, time_cols: Sequence[str], diff: str) -> None:
+        if rows.num_rows == 0:
+            return
+        for what, cols in (("time", time_cols), ("diff", [diff])):
+            if any(rows.column(c).null_count for c in cols):
+                raise NullValueError(null_message(what, self.op).removeprefix("NullValueError: "))
+        if self.late is None:
+            return
+        before, after, earliest = self.late
+        t = rows.column(time_cols[0])
+        early = pc.less(t, earliest) if earliest is not None else pc.is_valid(t)
+        if pc.any(early).as_py():
+            raise LateUpdateError(f"{before}{t.filter(early)[0].as_py()}{after}")
+
+
 class Guarded(Mapping[str, DataFrame]):
     """The new updates of each input as the view takes them (:func:`incoming`), built at the
-    first read of each: the one-task path reads the inputs as given and checks them in its own
-    projection (:func:`late_sql`), so it never pays for these projections' py4j round trips."""
+    first read of each: the one-task path reads the inputs as given (``raw``) and its task checks
+    them (:class:`TaskCheck`), so it never pays for these projections' analysis."""
 
     def __init__(self, op: str, raw: Mapping[str, DataFrame], ttype: TimeType, front: list[Leaves] | None,
                  late: str) -> None:
@@ -248,6 +310,14 @@ class Guarded(Mapping[str, DataFrame]):
         if name not in self._built:
             self._built[name] = incoming(self.op, name, self.raw[name], self.ttype, self.front, self.late)
         return self._built[name]
+
+    def task_check(self, name: str) -> TaskCheck | None:
+        """The checks a task reading input ``name`` as given (``raw[name]``) makes of its rows, where
+        it can (an integral time; ``late="error"``, or a first update); else ``None``: read
+        ``self[name]``, checked (or lifted) in projections."""
+        if integral_sql(self.ttype) is None or (self.front is not None and self.late != "error"):
+            return None
+        return TaskCheck.of(self.op, name, self.ttype, self.front)
 
     def __contains__(self, name: object) -> bool:  # (Mapping's would build the input)
         return name in self.raw
@@ -315,6 +385,7 @@ __all__ = [
     "check_output",
     "frontier_value",
     "Guarded",
+    "TaskCheck",
     "incoming",
     "late_guard",
     "late_sql",

@@ -77,6 +77,7 @@ from spark_differential.core.lazy import lazy
 from spark_differential.core.names import SRC
 from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
 from spark_differential.incremental.arrow_cache import ArrowCache
+from spark_differential.incremental.inputs import TaskCheck
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
 from spark_differential.incremental.store import Part, read_local
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
@@ -405,8 +406,8 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
-         held_tags: Sequence[str], final: bool = False, local: Local | None = None
-         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         held_tags: Sequence[str], final: bool = False, local: Local | None = None,
+         checks: Sequence[Check] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
     read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -419,7 +420,9 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
 
     ``local``: the task reads the stored traces and the changes held back from this machine's
     files itself (the table then holds the sources' changes, the output held back and a
-    row of ``SRC`` ``-1``, so the task runs when nothing is new)."""
+    row of ``SRC`` ``-1``, so the task runs when nothing is new).
+
+    ``checks``: rows of the table the task checks first, in order (:data:`Check`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
@@ -427,6 +430,8 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
         if table is None:
             return
         src = table.column(SRC)
+        for j, cols, check in checks:
+            check(source_table(table.filter(pc.equal(src, j)), j, cols), leaves(program.width), DIFF)
         n = len(program.sources)
         spec_list = specs(program)
         sources, state = [], []
@@ -476,6 +481,11 @@ class Local:
     cache: ArrowCache | None = None
 
 
+# rows of a loop task's table it checks (:func:`task`): their SRC, their columns (the time leaves and diff
+# among them) and the checks (an input's rows as they came, or a source's tagged unchecked)
+Check = tuple[int, Sequence[str], TaskCheck]
+
+
 def _spark_schema(schema: pa.Schema) -> Any:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
 
@@ -510,23 +520,25 @@ class LoopUpdate:
     out_tag: str
     out_schema: T.StructType  # the loop's change: the user's data columns, the time leaves, diff
     local: Local | None = None  # the task reads the traces and held changes itself (not in union)
+    checks: list[Check] = dataclasses.field(default_factory=list)  # of the sources tagged unchecked
 
     def written(self, run: Any, sub: str, output: tuple[str, T.StructType], union: DataFrame | None = None,
-                final: bool = False) -> dict[str, str]:
+                final: bool = False, checks: Sequence[Check] = ()) -> dict[str, str]:
         """Run the loop's one task over ``union`` (by default the prepared one) and write, in one
         Parquet write under the version's ``sub``, its output (``output``: the physical prefix and
         schema of the loop's change, or with ``final`` of the view's output: :func:`task`), the
         new traces and the changes held back; the files written, by kind (the traces' put in
         ``run.replaced``).  ``coalesce``, not ``repartition``: the one task reads the changes and
         the stored traces itself (no shuffle, one job less); the changes are an update's (small)
-        and the traces must fit the task anyway."""
+        and the traces must fit the task anyway.  ``checks``: of rows of ``union``, made before the
+        sources' (:func:`task`)."""
         fields = [T.StructField(KIND, T.StringType(), True)]
         for t, schema in [output, *zip(self.tags, self.schemas), *zip(self.held_tags, self.held_schemas)]:
             fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
         wide = T.StructType(fields)
         rows = self.union if union is None else union
         fn = task(self.program, self.cs.ttype, list(run.frontier), self.out_tag, self.tags, self.held_tags,
-                  final=final, local=self.local)
+                  final=final, local=self.local, checks=[*checks, *self.checks])
         files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []
@@ -583,8 +595,10 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     spec_list = specs(program)
     schemas = [_spark_schema(sp.schema) for sp in spec_list]
     n = len(sources)
-    parts = [tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))],
-                                   cs.ttype) for j, (src, cols) in enumerate(zip(sources, program.sources))]
+    # the view's inputs came unchecked (traced.Run.checks): the task checks them, and the sources (dd_iterate's)
+    unchecked = run.defer_loop and run.deferred is None and run.checks is not None
+    parts = [tag_source(src, j, [c for c in cols if c not in (DIFF, *leaves(program.width))], cs.ttype,
+                        guarded=not unchecked) for j, (src, cols) in enumerate(zip(sources, program.sources))]
     # each source's changes held back (at times in the future of the frontier: loop_update), as the task reads them
     held_schemas = [T.StructType([f for f in p.schema.fields if f.name != SRC]) for p in parts]
     slot = len(run.operators)
@@ -621,7 +635,8 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
                                T.StructField(DIFF, T.LongType(), True)])
     assert union is not None and run.write_task is not None
     lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema,
-                    local)
+                    local, [(j, cols, TaskCheck("dd_iterate")) for j, cols in enumerate(program.sources)] if unchecked
+                    else [])
     if run.defer_loop and run.deferred is None:
         result = run.read([], user, "o")  # (an empty collection, made once per schema)
         run.deferred = (lu, result)
@@ -646,7 +661,11 @@ def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_sche
         union = union.unionByName(pending.selectExpr(f"{j} AS {SRC}", *[f"{e} AS {tag_name(j, i)}"
                                                                          for i, e in enumerate(cast)]),
                                   allowMissingColumns=True)
-    return lu.written(run, "data", ("o", view_schema), union, final=True)
+    checks: list[Check] = []  # the view's inputs as they came (traced.Run.checks): their time and diff
+    for k, (raw, check) in enumerate(run.checks or []):
+        union = union.unionByName(tag_source(raw, j + 1 + k, [], lu.cs.ttype, guarded=False), allowMissingColumns=True)
+        checks.append((j + 1 + k, [*leaves(lu.program.width), DIFF], check))
+    return lu.written(run, "data", ("o", view_schema), union, final=True, checks=checks)
 
 
 __all__ = ["LOOP", "LoopUpdate", "Spec", "loop_in_view", "loop_update", "record", "specs", "version_output",

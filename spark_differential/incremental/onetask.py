@@ -54,7 +54,7 @@ from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.arrow_cache import ArrowCache
-from spark_differential.incremental.inputs import Guarded, check_output, late_sql
+from spark_differential.incremental.inputs import Guarded, TaskCheck, check_output
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
@@ -246,8 +246,8 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
 
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
          sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
-         cache: ArrowCache | None = None, stored_out: pa.Schema | None = None
-         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         cache: ArrowCache | None = None, stored_out: pa.Schema | None = None,
+         checks: Sequence[TaskCheck | None] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The function of the update's task (:meth:`~spark_differential.incremental.store.Store.write_task`):
     its input tagged by ``SRC`` (the inputs'
     changes ``0 .. n-1``, of ``sources``' schemas; the output held back, ``n``; then each
@@ -257,8 +257,11 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
     (its tag) and merged files (:attr:`StoredTrace.merged`).  ``cache``: the traces' files on
     this machine are read through their memory-mapped Arrow copies.  ``stored_out`` (an
     integral time): ``o`` and ``p`` come as the version stores them instead, the view's
-    columns under the prefix ``o``, the time leaf cast to the view's time type."""
+    columns under the prefix ``o``, the time leaf cast to the view's time type.  ``checks``: for each
+    input, the checks of its rows the task makes (:class:`~spark_differential.incremental.inputs.TaskCheck`;
+    ``None``: checked before)."""
     n = len(program.names)
+    time_cols = leaves(program.width)
 
     def as_stored(rows: pa.Table) -> pa.Table:
         assert stored_out is not None
@@ -272,6 +275,9 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
             return
         table = pa.Table.from_batches(seen)
         inputs = [_part(table, j, s) for j, s in enumerate(sources)]
+        for rows, check in zip(inputs, checks):
+            if check is not None:
+                check(rows, time_cols, DIFF)
         pending = _part(table, n, out_schema)
         stored: dict[str, Kept] = {}
         merging: dict[str, pa.Table] = {}
@@ -329,17 +335,23 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
 
     # what the task reads: the changes, the output held back, every trace (its merging files apart)
     parts: list[DataFrame] = []
+    sized: list[DataFrame] = []  # what the parts read (the same rows, a plan Spark sizes at less cost)
+    checks: list[TaskCheck | None] = []
     for j, name in enumerate(program.names):
+        checks.append(None)
         if name in up.incoming:
             cols = program.columns[j][:-ttype.width - 1]
-            raw, late = _as_given(up, name)
-            if raw is None:  # checked (or lifted) in projections of their own
-                parts.append(tag_source(up.incoming[name], j, cols, ttype, op=up.op))
-            else:  # the null and late checks in the tagging's one projection
-                parts.append(tag_source(raw, j, cols, ttype, op=f"{up.op} (input `{name}`)", check=late))
+            checks[j] = up.incoming.task_check(name) if isinstance(up.incoming, Guarded) else None
+            if checks[j] is None:  # checked (or lifted) in projections of their own
+                sized.append(up.incoming[name])
+                parts.append(tag_source(sized[-1], j, cols, ttype, op=up.op))
+            else:  # as given: the task checks them
+                sized.append(up.incoming.raw[name])  # type: ignore[attr-defined]
+                parts.append(tag_source(sized[-1], j, cols, ttype, guarded=False))
     data = [f.name for f in view_schema.fields[:-2]]
-    if state is not None and state.pending_files:
-        parts.append(tag_source(store.read(state.pending_files, view_schema, "o"), n, data, ttype, op=up.op))
+    if state is not None and state.pending_files:  # (stored rows: nothing to check)
+        sized.append(store.read(state.pending_files, view_schema, "o"))
+        parts.append(tag_source(sized[-1], n, data, ttype, op=up.op, guarded=integral_sql(ttype) is None))
     old_traces = dict(state.trace_files) if state is not None else {}
     root = store.files.local_root()  # traces on this machine's filesystem: the task reads them with pyarrow
     stored_rows = 0
@@ -368,15 +380,17 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             for src, files in ((n + 1 + 2 * k, kept_files[t]), (n + 2 + 2 * k, list(merging))):
                 if files:
                     rows = store.read(files, schema, t)
+                    sized.append(rows)
                     parts.append(rows.select(F.lit(src).alias(SRC), *[F.col(f.name).alias(tag_name(src, i))
                                                                       for i, f in enumerate(schema.fields)]))
     if not parts:  # nothing new, nothing held back: the task runs for the traces' merges alone
         parts.append(run_row(spark))
+        sized.append(parts[-1])
     union: DataFrame | None = None
     for p in parts:
         union = p if union is None else union.unionByName(p, allowMissingColumns=True)
     assert union is not None
-    estimate = estimated_rows(parts)  # (a Python list's rows are bounded by its batches: held_rows)
+    estimate = estimated_rows(sized)  # (a Python list's rows are bounded by its batches: held_rows)
     rows = estimate.rows if estimate.known else estimate.bound
     rows = None if rows is None else rows + stored_rows
     if rows is None or rows > limit:
@@ -406,7 +420,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     cache = store.arrow_cache()
     fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct, large), ttype, list(up.new_front),
-              cache, arrow_schema(spark, view_schema, large) if integral else None)
+              cache, arrow_schema(spark, view_schema, large) if integral else None, checks)
     if integral:
         present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache, large).values())
     else:
@@ -457,22 +471,6 @@ def recorded(spark: Any, query: Callable[..., DataFrame], schemas: Mapping[str, 
     if isinstance(got, Untranslatable):
         raise got
     return got
-
-
-def _as_given(up: Update, name: str) -> tuple[DataFrame | None, Callable[[str], str] | None]:
-    """Input ``name``'s new updates as the update was given them, with the late guard of an
-    integral time as SQL (:func:`~spark_differential.incremental.inputs.late_sql`), when the
-    task's tagging can check them in its own projection (``late="error"``; a first update is
-    checked by the operators); else ``(None, None)``: the task reads ``up.incoming``."""
-    incoming = up.incoming
-    if not isinstance(incoming, Guarded) or integral_sql(up.ttype) is None:
-        return None, None
-    front = up.old_front
-    if front is None:
-        return incoming.raw[name], None
-    if incoming.late != "error":
-        return None, None
-    return incoming.raw[name], lambda t: late_sql(up.op, name, up.ttype, front, t)
 
 
 def _matches(program: QueryProgram, operators: Sequence[Operator]) -> bool:

@@ -83,7 +83,7 @@ from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import onetask
 from spark_differential.incremental.arrow_cache import ArrowCache
-from spark_differential.incremental.inputs import check_output, data_fields
+from spark_differential.incremental.inputs import Guarded, check_output, data_fields
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view, write_version
 from spark_differential.incremental.manifest import Update, Written
@@ -148,6 +148,9 @@ class Run(Handler):
     # here with the collection it returned, so the whole version can be written in one job (write_version)
     defer_loop: bool = False
     deferred: tuple[Any, DataFrame] | None = None
+    # with defer_loop: the inputs the query was given as they came (not guarded by projections), each with
+    # the checks the loop's task makes of its rows (incremental.inputs.TaskCheck); its sources then unguarded too
+    checks: list[tuple[DataFrame, Any]] | None = None
 
     def stateful(self, call: StatefulCall, below: Below) -> DataFrame:
         if call.in_loop:  # a body this view cannot keep (it would have been recorded, not run)
@@ -403,8 +406,13 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide, cache),
             local_dirs=store.local_dirs, cache=cache, defer_loop=defer,
         )
+        # the loop's task checks the inputs' rows as they came (a projection each less to analyse), where it can
+        given = {n: up.incoming.task_check(n) for n in up.incoming} if defer and isinstance(up.incoming, Guarded) else {}
+        if given and all(c is not None for c in given.values()):
+            run.checks = [(up.incoming.raw[n], c) for n, c in given.items()]  # type: ignore[attr-defined]
         # (an input the update does not name: no changes; made here, as the one-task path needs none)
-        changes = {n: up.incoming[n] if n in up.incoming else store.read([], up.schemas[n], n) for n in up.schemas}
+        changes = {n: (up.incoming.raw[n] if run.checks is not None else up.incoming[n])  # type: ignore[attr-defined]
+                   if n in up.incoming else store.read([], up.schemas[n], n) for n in up.schemas}
         with collecting() as history_ops, seam.handling(run):
             result = query(**changes)
         run.finished()

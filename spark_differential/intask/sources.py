@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from spark_differential.core.collection import DIFF, TIME, integral_sql, null_guard, null_guard_sql, qcol, quoted
@@ -36,31 +36,29 @@ def source_table(table: pa.Table, j: int, cols: Sequence[str]) -> pa.Table:
 
 
 def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = False, op: str = "dd_iterate",
-               check: Callable[[str], str] | None = None) -> Any:
+               guarded: bool = True) -> Any:
     """Source ``j`` of a loop's task as rows of the one table the task reads: ``SRC = j``, its
     columns ``cols`` and the time's leaves and diff under positional names (:func:`tag_name`: user
     names may hold dots or backticks), with the null checks of every collection entering a loop
     (as iterate.py's on the distributed path, named for ``op``); ``part``: keep the column ``PART`` too.
-    ``check`` (an integral time only): a further check of the time, the SQL expression it is
-    given (not null: after the null check) wrapped as the expression failing the job when it fails
-    (an incremental view's late guard)."""
+    ``guarded=False`` (an integral time): no check at all, the
+    columns renamed and cast (whose analysis costs Spark a third of a checked one's), for a task
+    that checks the rows itself (an incremental view's: ``incremental.inputs.TaskCheck``)."""
     from pyspark.sql import functions as F
 
 
     sql_type = integral_sql(ttype)
     if sql_type is not None:  # SQL text: one selectExpr instead of a few py4j round trips per Column
-        leaf = f"CAST({quoted(TIME)} AS BIGINT)"
-        checked = leaf if check is None else check(leaf)
-        return d.selectExpr(
-            f"{j} AS {SRC}",
-            *[f"{quoted(c)} AS {tag_name(j, i)}" for i, c in enumerate(cols)],
-            f"{null_guard_sql(checked, [leaf], 'time', op)} AS {tag_name(j, len(cols))}",
-            f"{null_guard_sql(f'CAST({quoted(DIFF)} AS BIGINT)', [quoted(DIFF)], 'diff', op)} "
-            f"AS {tag_name(j, len(cols) + 1)}",
-            *([quoted(PART)] if part else []),
-        )
-    if check is not None:
-        raise ValueError("tag_source: a check of the time needs an integral time")
+        t = leaf = f"CAST({quoted(TIME)} AS BIGINT)"
+        diff = f"CAST({quoted(DIFF)} AS BIGINT)"
+        if guarded:
+            t = null_guard_sql(leaf, [leaf], "time", op)
+            diff = null_guard_sql(diff, [quoted(DIFF)], "diff", op)
+        return d.selectExpr(f"{j} AS {SRC}", *[f"{quoted(c)} AS {tag_name(j, i)}" for i, c in enumerate(cols)],
+                            f"{t} AS {tag_name(j, len(cols))}", f"{diff} AS {tag_name(j, len(cols) + 1)}",
+                            *([quoted(PART)] if part else []))
+    if not guarded:
+        raise ValueError("tag_source: guarded=False needs an integral time")
     enc = [null_guard(leaf, [leaf], "time", op) for leaf in ttype.encode_column(F.col(TIME))]
     return d.select(
         F.lit(j).alias(SRC),
