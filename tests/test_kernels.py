@@ -142,6 +142,30 @@ def test_join_modes(name: str, data: st.DataObject) -> None:
     assert_updates_equal(got, expected.updates)
 
 
+@SETTINGS
+@given(data=st.data())
+def test_join_of_times_apart_is_one_plain_join(data: st.DataObject) -> None:
+    """A totally ordered join whose sides' times do not interleave (every time of one side at
+    most, or before, every time of the other: a view's new updates against its advanced trace)
+    takes ``_crossed``'s plain join, and still equals the oracle, in and out of a loop."""
+    lat = LATTICES["int"]
+    in_loop = data.draw(st.booleans())
+    split_at = data.draw(st.integers(0, 4))
+    low, high = (0, split_at), (split_at, 4)
+    a_low = data.draw(st.booleans())
+    a, fa = _loop_input(data, data.draw(st_coll(("k", "x"), lat, max_size=10, time_range=low if a_low else high)),
+                        in_loop)
+    b, fb = _loop_input(data, data.draw(st_coll(("k", "y"), lat, max_size=10, time_range=high if a_low else low)),
+                        in_loop)
+    A, B = kernel_table(a, lat, ["k"], new=fa), kernel_table(b, lat, ["k"], data=["y"], prefix="_b", new=fb)
+    if A.num_rows and B.num_rows and not (a_low and min(t for _, t, _ in b.updates) == split_at ==
+                                          max(t for _, t, _ in a.updates)):
+        assert kjoin._crossed(A, B, 1, ["_a0"], ["_b0"], 1) is not None
+    out = kjoin.join(kjoin.JoinParams(1, 1, 1, lib_type(lat)), A, B)
+    expected = _reference(lambda x, y: ref_join(x, y, ["k"], lat), [a, b], [fa, fb], in_loop)
+    assert_updates_equal(updates_of(out, ["_k0", "_a0", "_b0"], lat), expected.updates)
+
+
 @pytest.mark.parametrize("name", NAMES)
 @SETTINGS
 @given(data=st.data())

@@ -21,8 +21,9 @@ from spark_differential.core.lattice import AltNeu, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import duck, native
 from spark_differential.kernels.common import NEW, StateShape, csv, key_eq, keys, names, times
-from spark_differential.kernels.stab import numbered, stab, stab_numbered
+from spark_differential.kernels.stab import exact_type, expand, ids, numbered, stab, stab_numbered
 
+np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
 
@@ -84,6 +85,10 @@ def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Tab
     for x, y in pairs:
         if x.num_rows == 0 or y.num_rows == 0:
             continue
+        crossed = _crossed(x, y, p.nkeys, a, b, w)
+        if crossed is not None:
+            parts.append(crossed)
+            continue
         # both directions of a pair share one consolidation and numbering of its tables
         done = numbered([(x, a), (y, b)], p.nkeys, w)
         if done is None:
@@ -98,6 +103,45 @@ def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Tab
     if not p.consolidate and parts:
         return pa.concat_tables([t.select([*cols, "_d"]) for t in parts], promote_options="permissive")
     return consolidated(parts, cols)
+
+
+def _crossed(x: pa.Table, y: pa.Table, nkeys: int, a: Sequence[str], b: Sequence[str], width: int) -> pa.Table | None:
+    """``x ⋈ y`` of a totally ordered time whose two sides' times do not interleave: every
+    pair of rows with equal keys, at the later side's time, multiplicities multiplied (not
+    consolidated).  When no time of ``y`` is after a time of ``x``, every update of ``x``
+    meets all of ``y`` and no update of ``y`` meets an earlier ``x``; when every time of ``x``
+    is before every time of ``y``, the other way round: the two stabbing joins of
+    :func:`join_total` are then one plain join, which costs a sort of ``y``'s key ids instead
+    of both sides' consolidation and the time ranks.  The common case inside a view's update:
+    the new updates at the update's time against the trace, advanced to the frontier below it.
+    ``None``: the times interleave (or a time of more than one leaf, or keys :func:`numbered`
+    does not number)."""
+    k, t = keys(nkeys), times(width)
+    if width != 1 or not all(exact_type(x.schema.field(c).type) and x.schema.field(c).type == y.schema.field(c).type
+                              for c in k):
+        return None
+    xt, yt = pc.min_max(x.column(t[0])), pc.min_max(y.column(t[0]))
+    if None in (xt["min"].as_py(), yt["min"].as_py()):
+        return None
+    if yt["max"].as_py() <= xt["min"].as_py():
+        at_x = True
+    elif xt["max"].as_py() < yt["min"].as_py():
+        at_x = False
+    else:
+        return None
+    n = x.num_rows
+    kid = ids([pa.concat_arrays([x.column(c).combine_chunks(), y.column(c).combine_chunks()]) for c in k],
+              n + y.num_rows)
+    y_order = np.argsort(kid[n:], kind="stable")
+    y_kid = kid[n:][y_order]
+    x_of, pos = expand(np.searchsorted(y_kid, kid[:n], "left"), np.searchsorted(y_kid, kid[:n], "right"))
+    y_of = y_order[pos]
+    x_rows, y_rows = pa.array(x_of), pa.array(y_of)
+    cols = {c: x.column(c).take(x_rows) for c in [*k, *a]}
+    cols.update({c: y.column(c).take(y_rows) for c in b})
+    cols[t[0]] = (x.column(t[0]).take(x_rows) if at_x else y.column(t[0]).take(y_rows))
+    cols["_d"] = pa.array(x.column("_d").to_numpy()[x_of] * y.column("_d").to_numpy()[y_of], pa.int64())
+    return pa.table(cols)
 
 
 def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:
