@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from spark_differential.core.lattice import AltNeu, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.kernels import duck, native
-from spark_differential.kernels.common import NEW, StateShape, csv, key_eq, keys, names, times
+from spark_differential.kernels.common import NEW, StateShape, conform, csv, key_eq, keys, names, times
 from spark_differential.kernels.stab import exact_type, expand, ids, numbered, stab, stab_numbered
 
 np = lazy("numpy")
@@ -100,6 +100,10 @@ def join_total(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Tab
                       stab_numbered(yn, xn, p.nkeys, w, strict=True, out_data=out)]
     cols = [*keys(p.nkeys), *out, *times(w)]
     parts = [t for t in parts if t.num_rows]
+    if len(parts) > 1:  # (a plain join's columns are its sides', a stabbing join's may be DuckDB's: one type each)
+        schema = pa.schema([*[A.schema.field(c) for c in [*keys(p.nkeys), *a]], *[B.schema.field(c) for c in b],
+                            *[A.schema.field(c) for c in times(w)], pa.field("_d", pa.int64())])
+        parts = [conform(t.select([*cols, "_d"]), schema) for t in parts]
     if not p.consolidate and parts:
         return pa.concat_tables([t.select([*cols, "_d"]) for t in parts], promote_options="permissive")
     return consolidated(parts, cols)
