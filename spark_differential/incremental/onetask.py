@@ -383,7 +383,9 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                     sized.append(rows)
                     parts.append(rows.select(F.lit(src).alias(SRC), *[F.col(f.name).alias(tag_name(src, i))
                                                                       for i, f in enumerate(schema.fields)]))
-    if not parts:  # nothing new, nothing held back: the task runs for the traces' merges alone
+    if not parts or any(tr.merged for tr in traces):
+        # the task must run for the traces' merges even when nothing new or held back has a row (inputs
+        # given but empty): without it the merging files would leave the traces unmerged into any other
         parts.append(run_row(spark))
         sized.append(parts[-1])
     union: DataFrame | None = None
