@@ -973,17 +973,20 @@ def test_stage2_one_task_and_distributed_agree_on_every_column_type(spark, tmp_p
         assert {d: r for d, r in snap.items() if r} == want, i
 
 
-@pytest.mark.parametrize("sized", [True, False])
-def test_foreach_batch_reads_a_small_batch_twice_and_caches_an_unsized_one(spark, tmp_path, monkeypatch,
-                                                                            sized: bool) -> None:
-    """Counts, not timings: a micro-batch Spark estimates small is read twice (its largest time, then
-    the update, in one task: 2 jobs); one it cannot size is cached first (adaptive execution
-    materializes the cache as a job of its own: 3 jobs).  Both give the same output."""
+@pytest.mark.parametrize("how", ["small", "unsized", "distributed"])
+def test_foreach_batch_finds_a_small_batchs_frontier_in_its_update(spark, tmp_path, monkeypatch, how: str) -> None:
+    """Counts, not timings: a micro-batch Spark estimates small is read once, by the update's one
+    task, which also finds the new frontier (its largest time + 1: ``NEXT_FRONTIER``): **1 job**.
+    One it cannot size is cached first and its largest time found by a job (adaptive execution
+    materializes the cache as a job of its own: 3 jobs).  An update that runs distributed finds
+    the frontier by a job of its own first.  All give the same output and frontier; a batch at
+    times before the frontier (``late="advance"``: its updates lifted to the frontier) leaves the
+    frontier where it is, its output held back until a later batch moves it."""
     from spark_differential.core.jobs import count_jobs
     from spark_differential.incremental import streaming
     from spark_differential.intask.sources import Estimate
 
-    if not sized:
+    if how == "unsized":
         monkeypatch.setattr(streaming, "estimated_rows", lambda dfs: Estimate(0, False, False, None))
     view = sd.incremental(str(tmp_path / "v"), counts)
     seen: list = []
@@ -994,11 +997,24 @@ def test_foreach_batch_reads_a_small_batch_twice_and_caches_an_unsized_one(spark
         return spark.read.parquet(str(tmp_path / f"b{i}"))
 
     fn(batch(0, [(1, 1, 0)]), 0)
-    second = batch(1, [(1, 2, 1), (2, 5, 1)])
-    with count_jobs(spark) as counted:
-        fn(second, 1)
-    assert seen[1] == [((1, 1), 1, -1), ((1, 2), 1, 1), ((2, 1), 1, 1)]
-    assert counted.jobs == (2 if sized else 3), counted.jobs
+    assert view.frontier == 1
+    second = batch(1, [(1, 2, 3), (2, 5, 2)])
+    if how == "distributed":
+        spark.conf.set(INCREMENTAL_ROWS, "0")
+    try:
+        with count_jobs(spark) as counted:
+            fn(second, 1)
+    finally:
+        spark.conf.unset(INCREMENTAL_ROWS)
+    assert seen[1] == [((1, 1), 3, -1), ((1, 2), 3, 1), ((2, 1), 2, 1)]
+    assert view.frontier == 4
+    if how != "distributed":
+        assert counted.jobs == (1 if how == "small" else 3), counted.jobs
+    lifting = view.foreach_batch(lambda out, i: seen.append(sorted(rows_of(out))), time="ts", late="advance")
+    lifting(batch(2, [(3, 1, 1)]), 2)  # late: counted from the frontier on, which stays
+    assert seen[2] == [] and view.frontier == 4
+    fn(batch(3, [(4, 1, 5)]), 3)
+    assert seen[3] == [((3, 1), 4, 1), ((4, 1), 5, 1)] and view.frontier == 6
 
 
 def test_reading_an_update_that_returned_nothing_runs_no_job(spark, tmp_path) -> None:

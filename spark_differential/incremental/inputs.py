@@ -13,6 +13,7 @@ moves late updates into the future of ``F`` (:func:`~spark_differential.incremen
 
 from __future__ import annotations
 
+import dataclasses
 import inspect as _inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from spark_differential.errors import (
     TimeTypeMismatchError,
 )
 from spark_differential.incremental.lift import in_future, lift
-from spark_differential.incremental.manifest import State
+from spark_differential.incremental.manifest import NextFrontier, State, Update
 
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
@@ -157,6 +158,36 @@ def as_frontier(op: str, ttype: TimeType, upto: Any) -> list[Leaves]:
         raise FrontierError(f"{op}: upto={upto!r}: {e}") from None
     except (TypeError, ValueError, KeyError) as e:
         raise FrontierError(f"{op}: upto={upto!r} is not a time of type {ttype.describe()} ({e})") from None
+
+
+def largest_time(dfs: Sequence[DataFrame]) -> int | None:
+    """The largest time of collections of an integral time, in one job (their rows in one task:
+    a plain aggregate over several partitions would be a shuffle, and with adaptive execution a
+    job per stage); ``None`` when they have no row.
+
+    >>> import spark_differential as sd
+    >>> a = sd.session().createDataFrame([(1, 3, 1), (2, 7, 1)], "x long, time long, diff long")
+    >>> largest_time([a, a.limit(0)])
+    7
+    """
+    times = None
+    for df in dfs:
+        t = df.selectExpr(f"CAST({quoted(TIME)} AS BIGINT) AS t")
+        times = t if times is None else times.unionByName(t)
+    if times is None:
+        return None
+    (top,) = times.coalesce(1).selectExpr("max(t)").collect()
+    return None if top[0] is None else int(top[0])
+
+
+def resolved(up: Update) -> Update:
+    """``up`` with its new frontier found, where it is its new updates' largest time + 1
+    (:class:`~spark_differential.incremental.manifest.NextFrontier`: one job, before the update
+    reads them again); else ``up`` itself."""
+    if not isinstance(up.new_front, NextFrontier):
+        return up
+    raw = up.incoming.raw if isinstance(up.incoming, Guarded) else up.incoming
+    return dataclasses.replace(up, new_front=up.new_front.after(largest_time(list(raw.values()))))
 
 
 def check_forward(op: str, ttype: TimeType, old: list[Leaves] | None, new: list[Leaves]) -> None:
@@ -388,7 +419,9 @@ __all__ = [
     "TaskCheck",
     "incoming",
     "late_guard",
+    "largest_time",
     "late_sql",
     "params",
+    "resolved",
     "same_type",
 ]

@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -143,6 +144,36 @@ class Written:
     trace_files: dict[str, list[str]] = field(default_factory=dict)
     pending_files: list[str] = field(default_factory=list)
     operators: tuple[Operator, ...] = ()
+    # the new frontier, when the update found it (an Update whose new_front is a NextFrontier)
+    frontier: list[Leaves] | None = None
+
+
+@dataclass(frozen=True)
+class NextFrontier:
+    """An update's new frontier when it is the largest time of its new updates + 1, never
+    earlier than the old frontier ``old`` (an integral time's one leaf): what
+    ``foreach_batch`` moves a view's frontier to.  It is found where the updates are read,
+    by the update's one task, which sends it back with what it wrote (no job of its own),
+    else by one job before the update (:func:`~spark_differential.incremental.inputs.resolved`).
+
+    >>> NextFrontier(5).after(9), NextFrontier(5).after(2), NextFrontier(5).after(None)
+    ([(10,)], [(5,)], [(5,)])
+    """
+
+    old: int
+
+    def after(self, largest: int | None) -> list[Leaves]:
+        """The frontier after new updates whose largest time (leaf) is ``largest`` (``None``: none)."""
+        return [(self.old if largest is None else max(self.old, int(largest) + 1),)]
+
+
+class _Next:
+    def __repr__(self) -> str:
+        return "NEXT_FRONTIER"
+
+
+# ``upto`` of an update whose new frontier is its new updates' largest time + 1 (NextFrontier)
+NEXT_FRONTIER: Any = _Next()
 
 
 @dataclass(frozen=True)
@@ -160,8 +191,8 @@ class Update:
     incoming: Mapping[str, DataFrame]
     ttype: TimeType
     old_front: list[Leaves] | None
-    new_front: list[Leaves]
+    new_front: list[Leaves] | NextFrontier
     directory: str
 
 
-__all__ = ["FORMAT", "READS", "RERUN", "TRACED", "State", "Update", "Written"]
+__all__ = ["FORMAT", "NEXT_FRONTIER", "NextFrontier", "READS", "RERUN", "TRACED", "State", "Update", "Written"]

@@ -54,11 +54,11 @@ from spark_differential.core.lazy import lazy
 from spark_differential.core.names import BUCKET, SRC
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.arrow_cache import ArrowCache
-from spark_differential.incremental.inputs import Guarded, TaskCheck, check_output
+from spark_differential.incremental.inputs import Guarded, TaskCheck, check_output, resolved
 from spark_differential.incremental.loop import version_output
-from spark_differential.incremental.manifest import Update, Written
+from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Part, Store, parquet_files, read_local_files, widened
+from spark_differential.incremental.store import FRONT, Part, Store, parquet_files, read_local_files, widened
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -245,7 +245,7 @@ def _part(table: pa.Table, j: int, schema: pa.Schema) -> pa.Table:
 
 
 def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[StoredTrace],
-         sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves],
+         sources: Sequence[Any], out_schema: pa.Schema, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontier,
          cache: ArrowCache | None = None, stored_out: pa.Schema | None = None,
          checks: Sequence[TaskCheck | None] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The function of the update's task (:meth:`~spark_differential.incremental.store.Store.write_task`):
@@ -259,7 +259,8 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
     integral time): ``o`` and ``p`` come as the version stores them instead, the view's
     columns under the prefix ``o``, the time leaf cast to the view's time type.  ``checks``: for each
     input, the checks of its rows the task makes (:class:`~spark_differential.incremental.inputs.TaskCheck`;
-    ``None``: checked before)."""
+    ``None``: checked before).  ``frontier``: the new frontier, or (:class:`NextFrontier`) found from
+    the inputs' largest time and sent back as a :data:`~spark_differential.incremental.store.FRONT` part."""
     n = len(program.names)
     time_cols = leaves(program.width)
 
@@ -278,6 +279,11 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
         for rows, check in zip(inputs, checks):
             if check is not None:
                 check(rows, time_cols, DIFF)
+        front = frontier
+        if isinstance(frontier, NextFrontier):
+            tops = [pc.max(r.column(time_cols[0])).as_py() for r in inputs if r.num_rows]
+            front = frontier.after(max(tops) if tops else None)
+            yield FRONT, pa.table({"front": [front[0][0]]}), None
         pending = _part(table, n, out_schema)
         stored: dict[str, Kept] = {}
         merging: dict[str, pa.Table] = {}
@@ -292,7 +298,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
                 merging[tr.tag] = concat_tables([t for _, t in merged_files], tr.schema)
             stored[tr.tag] = Kept([*files, *merged_files], tr.schema, cache)
         returned, held, new_rows, merged = update_tables(program, operators, inputs, pending, stored, traces,
-                                                         merging, ttype, frontier)
+                                                         merging, ttype, front)
         kinds = {tr.tag: tr.merged for tr in traces}
         outs = [("o", "ol", returned), ("p", "ol", held)] if stored_out is None else [
             ("o", "o", as_stored(returned)), ("p", "o", as_stored(held))]
@@ -421,10 +427,16 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                for nm, cols in zip(program.names, program.columns)]
     program = dataclasses.replace(program, steps=fault_hooked(spark, program.steps))  # (a test-only switch)
     cache = store.arrow_cache()
-    fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct, large), ttype, list(up.new_front),
+    given = [j for j, name in enumerate(program.names) if name in up.incoming]
+    if not (integral and root is not None and all(checks[j] is not None for j in given)):
+        up = resolved(up)  # the task cannot send a frontier back, or reads lifted inputs: found first (a job)
+    front = up.new_front if isinstance(up.new_front, NextFrontier) else list(up.new_front)
+    fn = task(program, operators, traces, sources, arrow_schema(spark, out_struct, large), ttype, front,
               cache, arrow_schema(spark, view_schema, large) if integral else None, checks)
     if integral:
         present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache, large).values())
+        if isinstance(front, NextFrontier):  # (no front sent back: the task had no rows)
+            front = front.after(None) if store.front is None else [(store.front,)]
     else:
         widen = widened(fn, arrow_schema(spark, wide, large))
         stored = _as_stored(union.coalesce(1).mapInArrow(widen, wide), view_schema, ttype)
@@ -445,6 +457,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         trace_files=trace_files,
         pending_files=[p for p in [part(directory, "p")] if p in present],
         operators=tuple(operators),
+        frontier=front,  # type: ignore[arg-type]
     )
 
 

@@ -45,6 +45,9 @@ INLINE = "_sd_rows"  # a one-task write's result: the rows of a kind it wrote, a
 # the output an update returns comes back with its one-task write's result when at most this big (Arrow bytes)
 INLINE_BYTES = 8 << 20
 INLINE_KINDS = ("o",)
+# a task's Part of this kind is not a stored collection: the update's new frontier it found (one row, one
+# leaf; manifest.NextFrontier), sent back with the write's result only
+FRONT = "_front"
 # a collection a task computed: (its kind, its rows in the collection's columns, the prefix of their
 # names in the files: None for the kind itself); see Store.write_task
 Part = tuple[str, "pa.Table", "str | None"]
@@ -75,6 +78,7 @@ class Store:
         # the rows of directories the last one-task write wrote, got back with its result (writer): only the
         # last write's, so a view kept for many updates holds one update's output at most
         self.inlined: dict[str, pa.Table] = {}
+        self.front: int | None = None  # the new frontier the last one-task write's task found (FRONT), if any
         self._empty: dict[str, DataFrame] = {}  # read's empty collections, by schema
 
     # -- reading ---------------------------------------------------------------------------
@@ -176,6 +180,11 @@ class Store:
     def _written(self, subdir: str, rows: Sequence[Any]) -> dict[str, str]:
         """The directories of the kinds :func:`writer`'s tasks say they wrote (``rows``); the rows a
         single task wrote of a kind it sent back are kept for :meth:`output`."""
+        self.front = None
+        for r in rows:
+            if r[KIND] == FRONT:
+                self.front = int(pa.ipc.open_stream(bytes(r[INLINE])).read_all().column(0)[0].as_py())
+        rows = [r for r in rows if r[KIND] != FRONT]
         written = {str(r[KIND]): f"{subdir}/{KIND}={r[KIND]}" for r in rows}
         self.inlined.clear()
         for r in rows:
@@ -310,7 +319,7 @@ def part_writer(target: str, schema: pa.Schema, cache: ArrowCache | None = None
         tables: dict[str, list[pa.Table]] = {}
         for kind, rows, prefix in parts:
             if rows.num_rows:
-                tables.setdefault(kind, []).append(physical_rows(rows, kind, schema, prefix))
+                tables.setdefault(kind, []).append(rows if kind == FRONT else physical_rows(rows, kind, schema, prefix))
         yield from _write_kinds(target, tables, cache)
 
     return run
@@ -321,6 +330,9 @@ def _write_kinds(target: str, parts: dict[str, list[pa.Table]], cache: ArrowCach
     """Write each kind's tables (:func:`part_writer`) and yield the one row per kind it says."""
     blobs: list[bytes | None] = []
     for kind, tables in parts.items():
+        if kind == FRONT:  # (not stored: sent back)
+            blobs.append(_ipc(pa.concat_tables(tables)))
+            continue
         directory = os.path.join(target, f"{KIND}={kind}")
         os.makedirs(directory, exist_ok=True)
         name = f"part-{_partition():05d}.parquet"
@@ -330,16 +342,18 @@ def _write_kinds(target: str, parts: dict[str, list[pa.Table]], cache: ArrowCach
         os.replace(tmp, os.path.join(directory, name))
         if cache is not None and kind not in ("o", "p"):
             cache.keep(os.path.join(directory, name), table)
-        blob = None
-        if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as out:
-                out.write_table(table)
-            blob = sink.getvalue().to_pybytes()
-        blobs.append(blob)
+        blobs.append(_ipc(table) if kind in INLINE_KINDS and table.nbytes <= INLINE_BYTES else None)
     if parts:
         yield pa.RecordBatch.from_arrays([pa.array(list(parts), pa.string()), pa.array(blobs, pa.binary())],
                                          schema=pa.schema([(KIND, pa.string()), (INLINE, pa.binary())]))
+
+
+def _ipc(table: pa.Table) -> bytes:
+    """``table`` as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def widened(fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Part]], schema: pa.Schema
@@ -380,5 +394,5 @@ def _partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-__all__ = ["MANIFESTS", "Part", "Store", "parquet_files", "part_writer", "physical_rows", "read_local",
+__all__ = ["FRONT", "MANIFESTS", "Part", "Store", "parquet_files", "part_writer", "physical_rows", "read_local",
            "read_local_files", "wide_rows", "widened", "writer"]

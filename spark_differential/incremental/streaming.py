@@ -4,11 +4,15 @@ On ``(data, time, diff)``: each micro-batch of a stream is a change log of one i
 the view; it becomes one update of the view, with the micro-batch id as its batch id (so a
 replayed batch changes nothing) and a new frontier: the batch's largest time + 1 (never
 earlier than the view's frontier), or what a function of the batch says (a watermark).
-Finding the largest time reads the batch once before the update reads it again: a batch Spark
-estimates at most :data:`REREAD_ROWS` rows (a file source's micro-batch, say) is simply read
-twice, one job and the update's; a larger or unsized one (a Kafka source's) is cached first,
-so it is computed once, at the cost of one more job (adaptive execution materializes the
-cache as a job of its own).
+Where the view has a frontier and an integral time, and Spark estimates the batch at most
+:data:`REREAD_ROWS` rows (a file source's micro-batch, say), the update is given
+``upto=NEXT_FRONTIER`` (:class:`~spark_differential.incremental.manifest.NextFrontier`): the
+task that runs a small update reads the batch and finds the largest time itself, **one job a
+micro-batch**, and any other update path finds it first, in one job of its own.  Otherwise
+the largest time is found first: a small batch is simply read twice, that job and the
+update's; a larger or unsized one (a Kafka source's) is cached first, so it is computed
+once, at the cost of one more job (adaptive execution materializes the cache as a job of
+its own).
 :func:`batch_function` builds the function ``writeStream.foreachBatch`` calls;
 :meth:`spark_differential.incremental.view.IncrementalView.foreach_batch` is its public face.
 """
@@ -21,10 +25,11 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_differential.core.collection import TIME, inspect, integral_sql, quoted
+from spark_differential.core.collection import TIME, inspect, integral_sql
 from spark_differential.core.lattice import Leaves, Total
 from spark_differential.errors import FrontierError, IncrementalStateError
-from spark_differential.incremental.inputs import check_late, params
+from spark_differential.incremental.inputs import check_late, largest_time, params
+from spark_differential.incremental.manifest import NEXT_FRONTIER
 from spark_differential.intask.sources import estimated_rows
 from spark_differential.io.tables import collection
 
@@ -70,6 +75,12 @@ def batch_function(
         coll = collection(batch, time=time, diff=diff, check_nulls=False)
         size = estimated_rows([coll])
         cached = not (size.known and size.rows <= REREAD_ROWS)
+        if upto is None and not cached and integral_sql(inspect(coll, op="foreach_batch").ttype) is not None \
+                and frontier():  # the update finds its frontier where it reads the batch
+            out = update(upto=NEXT_FRONTIER, batch_id=int(batch_id), late=late, **{name: coll})
+            if sink is not None:
+                sink(out, int(batch_id))
+            return
         if cached:
             coll = coll.persist()
         try:
@@ -109,13 +120,14 @@ def next_frontier(coll: DataFrame, frontier: Callable[[], Sequence[Leaves] | Non
     # coalesce(1): the max in one task, one job (an aggregate over several partitions is a shuffle and,
     # with adaptive execution, a job per stage; first() on the cached batch would add one); a micro-batch is
     # small, and the cache is filled whole
-    sql_type = integral_sql(ttype)
-    top_col = (F.expr(f"max(CAST({quoted(TIME)} AS BIGINT))") if sql_type is not None  # (SQL text: fewer round trips)
-               else F.max(ttype.encode_column(F.col(TIME))[0]))
-    (top,) = coll.coalesce(1).select(top_col).collect()
-    if top[0] is None:
+    if integral_sql(ttype) is not None:
+        top = largest_time([coll])
+    else:
+        (row,) = coll.coalesce(1).select(F.max(ttype.encode_column(F.col(TIME))[0])).collect()
+        top = row[0]
+    if top is None:
         return None
-    nxt = int(top[0]) + 1
+    nxt = int(top) + 1
     front = frontier()
     if front:
         nxt = max(nxt, int(front[0][0]))

@@ -62,6 +62,7 @@ the loop's task writes the whole version (:func:`~spark_differential.incremental
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,10 +84,10 @@ from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import onetask
 from spark_differential.incremental.arrow_cache import ArrowCache
-from spark_differential.incremental.inputs import Guarded, check_output, data_fields
+from spark_differential.incremental.inputs import Guarded, check_output, data_fields, resolved
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view, write_version
-from spark_differential.incremental.manifest import Update, Written
+from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, LOOP, ROWS, TOTALS, Operator, part, physical, tag, tagged
 from spark_differential.incremental.store import Store
 from spark_differential.intask.sources import estimated_rows
@@ -432,10 +433,13 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         written = onetask.write(store, query, policy, up, operators)
         if written is not None:
             return written, []
+    if isinstance(new_front, NextFrontier):  # found by a job first (Written.frontier says it)
+        up = resolved(up)
+        new_front = up.new_front
     run, result = called(one_loop)
     if one_loop:
         if run.deferred is not None and result is run.deferred[1]:
-            return _loop_version(store, up, run), run.kernel_inputs
+            return dataclasses.replace(_loop_version(store, up, run), frontier=list(new_front)), run.kernel_inputs
         run, result = called(False)  # the query does more than return its loop's change: the loop written apart
     out_schema = check_output(up.op, result, ttype, state, up.where)
     cols = [f.name for f in out_schema.fields]
@@ -480,6 +484,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
                      for t, fs in traces.items()},
         pending_files=[p for p in [part(directory, "p")] if p in present],
         operators=tuple(run.operators),
+        frontier=list(new_front),
     )
     return written, run.kernel_inputs
 

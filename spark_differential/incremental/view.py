@@ -56,9 +56,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_differential.core.collection import TIME
-from spark_differential.core.lattice import Leaves, Loop, TimeType
+from spark_differential.core.collection import TIME, integral_sql
+from spark_differential.core.lattice import Leaves, Loop, TimeType, Total
 from spark_differential.errors import (
+    FrontierError,
     IncrementalStateError,
     SparkDifferentialError,
     TimeTypeMismatchError,
@@ -72,10 +73,11 @@ from spark_differential.incremental.inputs import (
     check_inputs,
     check_late,
     frontier_value,
+    resolved,
 )
 from spark_differential.incremental.lift import lift, lift_updates, upset_coefficients
 from spark_differential.incremental.lock import WriterLock
-from spark_differential.incremental.manifest import RERUN, TRACED, State, Update
+from spark_differential.incremental.manifest import NEXT_FRONTIER, RERUN, TRACED, NextFrontier, State, Update
 from spark_differential.incremental.storage import Operator
 from spark_differential.incremental.store import Store
 from spark_differential.incremental.streaming import batch_function
@@ -226,8 +228,14 @@ class IncrementalView:
         if isinstance(ttype, Loop):
             raise TimeTypeMismatchError(f"{op}: inputs of an incremental view cannot have dd_iterate loop times")
         old_front = state.frontier if state is not None else None
-        new_front = as_frontier(op, ttype, upto)
-        check_forward(op, ttype, old_front, new_front)
+        new_front: list[Leaves] | NextFrontier
+        if upto is NEXT_FRONTIER:  # (foreach_batch's: the new updates' largest time + 1, found where they are read)
+            if not (isinstance(ttype, Total) and integral_sql(ttype) is not None and old_front):
+                raise FrontierError(f"{op}: upto=NEXT_FRONTIER needs an integral time and a view with a frontier")
+            new_front = NextFrontier(int(old_front[0][0]))
+        else:
+            new_front = as_frontier(op, ttype, upto)
+            check_forward(op, ttype, old_front, new_front)
         names = list(state.inputs) if state is not None else list(new)
         schemas = state.inputs if state is not None else {n: new[n][0] for n in names}
         time_type = state.time_type if state is not None else schemas[names[0]][TIME].dataType
@@ -256,6 +264,7 @@ class IncrementalView:
                 written, self.last_kernel_inputs = traced.write(
                     store, self.query, ParquetPolicy(self.compact_every, geometric=True), up, bucketing, operators)
             else:
+                up = resolved(up)
                 written = rerun.write(store, self.query, self.compact, ParquetPolicy(self.compact_every), up)
         except SparkDifferentialError:
             raise
@@ -268,7 +277,7 @@ class IncrementalView:
             version=version,
             directory=directory,
             time_type=time_type,
-            frontier=list(new_front),
+            frontier=list(written.frontier if written.frontier is not None else up.new_front),  # type: ignore[arg-type]
             batch_id=batch_id if batch_id is not None else (state.batch_id if state is not None else None),
             inputs=dict(schemas),
             output=written.output,
@@ -328,7 +337,10 @@ class IncrementalView:
         timestamp), never earlier than the frontier; ``upto`` may instead be a
         function ``(batch_df, batch_id) -> frontier``, e.g. reading the stream's
         watermark, and must be one for struct times.  The output updates go to
-        ``sink(output_df, batch_id)``.  An empty micro-batch does nothing.
+        ``sink(output_df, batch_id)``.  An empty micro-batch leaves the frontier where it
+        is: a batch Spark sizes small (a file source's) is an update of no rows (one job, found
+        empty by the update's task, which finds the largest time of a batch that has rows), the
+        sink handed its empty output; another is skipped, the sink not called.
 
         >>> import spark_differential as sd, tempfile
         >>> view = sd.incremental(tempfile.mkdtemp(), lambda edges: edges.dd_count(by="src"))
