@@ -519,6 +519,33 @@ def test_bad_input_to_a_loop_view_is_a_named_error(spark, tmp_path, query: Calla
     assert got == [(2, 2, 5, 1), (3, 2, 6, 1)]
 
 
+def test_foreach_batch_into_a_bfs_view_is_one_job_a_micro_batch(spark, tmp_path) -> None:
+    """Counts, not timings: a micro-batch into a BFS view (a query that is one loop) is one job: the
+    loop's task reads the batch as it came, finds the new frontier (its largest time + 1) and writes
+    the version.  The outputs add up to the oracle's, and the frontier is the batches' largest time + 1."""
+    from spark_differential.core.jobs import count_jobs
+
+    view = sd.incremental(str(tmp_path / "v"), bfs_view)
+    view.update(upto=0, roots=spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long"),
+                edges=spark.createDataFrame([], "src long, dst long, time long, diff long"))
+    got: list = []
+    fn = view.foreach_batch(lambda out, i: got.extend(((r.node, r.dist), r.time, r.diff) for r in out.collect()),
+                            time="ts", diff="diff", input="edges")
+    edges = [(0, 1, 0, 1), (1, 2, 0, 1), (2, 3, 1, 1), (0, 3, 2, 1), (1, 2, 2, -1), (3, 4, 3, 1)]
+    jobs = []
+    for t in range(4):
+        path = str(tmp_path / f"b{t}")  # read from a file, as a file source's micro-batch is
+        spark.createDataFrame([e for e in edges if e[2] == t], "src long, dst long, ts long, diff long").write.parquet(path)
+        batch = spark.read.parquet(path)  # (its schema read by a job of its own, outside the count)
+        with count_jobs(spark) as counted:
+            fn(batch, t + 1)
+        jobs.append(counted.jobs)
+        assert view.frontier == t + 1
+    e = Coll(("src", "dst"), [((s, d), t, r) for s, d, t, r in edges])
+    assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
+    assert jobs == [1, 1, 1, 1], jobs
+
+
 def test_version_output_returns_the_past_and_holds_the_future() -> None:
     """``version_output`` (no Spark): a loop's change and the output held back before,
     consolidated together, split at the new frontier."""

@@ -78,8 +78,9 @@ from spark_differential.core.names import SRC
 from spark_differential.errors import IncrementalStateError, IterationLimitExceeded
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import TaskCheck
+from spark_differential.incremental.manifest import NextFrontier
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
-from spark_differential.incremental.store import Part, read_local
+from spark_differential.incremental.store import FRONT, Part, read_local
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
@@ -405,9 +406,9 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
     return both.filter(pa.array(~mask)), both.filter(pa.array(mask))
 
 
-def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str, tags: Sequence[str],
+def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontier, out_tag: str, tags: Sequence[str],
          held_tags: Sequence[str], final: bool = False, local: Local | None = None,
-         checks: Sequence[Check] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         checks: Sequence[Check] = (), inputs: Sequence[int] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
     read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -422,7 +423,10 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
     files itself (the table then holds the sources' changes, the output held back and a
     row of ``SRC`` ``-1``, so the task runs when nothing is new).
 
-    ``checks``: rows of the table the task checks first, in order (:data:`Check`)."""
+    ``checks``: rows of the table the task checks first, in order (:data:`Check`); ``frontier`` a
+    :class:`~spark_differential.incremental.manifest.NextFrontier`: found from the largest time of
+    the rows of the checks with ``inputs`` (the view's inputs as they came), and sent back as a
+    :data:`~spark_differential.incremental.store.FRONT` part."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
@@ -430,8 +434,16 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
         if table is None:
             return
         src = table.column(SRC)
+        tops = []
         for j, cols, check in checks:
-            check(source_table(table.filter(pc.equal(src, j)), j, cols), leaves(program.width), DIFF)
+            rows = source_table(table.filter(pc.equal(src, j)), j, cols)
+            check(rows, leaves(program.width), DIFF)
+            if rows.num_rows and j in inputs:
+                tops.append(pc.max(rows.column(leaves(program.width)[0])).as_py())
+        front = frontier
+        if isinstance(frontier, NextFrontier):
+            front = frontier.after(max(tops) if tops else None)
+            yield FRONT, pa.table({"front": [front[0][0]]}), None
         n = len(program.sources)
         spec_list = specs(program)
         sources, state = [], []
@@ -449,7 +461,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
             part = table.filter(pc.equal(src, n + k))
             state.append(pa.Table.from_arrays([part.column(tag_name(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
-        out, new_state, held = loop_update(program, sources, state, ttype, frontier)
+        out, new_state, held = loop_update(program, sources, state, ttype, front)
         outputs = [(out_tag, out, None)]
         if final:
             j = n + len(spec_list)
@@ -458,7 +470,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves], out_tag: str
                 part = table.filter(pc.equal(src, j))
                 pending = conform(pa.Table.from_arrays([part.column(tag_name(j, i)) for i in range(out.num_columns)],
                                                        names=out.column_names), out.schema)
-            returned, kept = version_output(out, pending, ttype, frontier, program.width)
+            returned, kept = version_output(out, pending, ttype, front, program.width)
             outputs = [("o", returned, "o"), ("p", kept, "o")]
         for t, rows, prefix in [*outputs, *[(t, r, None) for t, r in [*zip(tags, new_state), *zip(held_tags, held)]]]:
             yield t, rows, prefix
@@ -537,8 +549,9 @@ class LoopUpdate:
             fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
         wide = T.StructType(fields)
         rows = self.union if union is None else union
-        fn = task(self.program, self.cs.ttype, list(run.frontier), self.out_tag, self.tags, self.held_tags,
-                  final=final, local=self.local, checks=[*checks, *self.checks])
+        front = run.frontier if isinstance(run.frontier, NextFrontier) else list(run.frontier)
+        fn = task(self.program, self.cs.ttype, front, self.out_tag, self.tags, self.held_tags,
+                  final=final, local=self.local, checks=[*checks, *self.checks], inputs=[j for j, _, _ in checks])
         files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []

@@ -7,8 +7,9 @@ earlier than the view's frontier), or what a function of the batch says (a water
 Where the view has a frontier and an integral time, and Spark estimates the batch at most
 :data:`REREAD_ROWS` rows (a file source's micro-batch, say), the update is given
 ``upto=NEXT_FRONTIER`` (:class:`~spark_differential.incremental.manifest.NextFrontier`): the
-task that runs a small update reads the batch and finds the largest time itself, **one job a
-micro-batch**, and any other update path finds it first, in one job of its own.  Otherwise
+task that runs a small update (a query that is one loop: the loop's task) reads the batch and
+finds the largest time itself, **one job a micro-batch**, and any other update path finds it
+first, in one job of its own.  Otherwise
 the largest time is found first: a small batch is simply read twice, that job and the
 update's; a larger or unsized one (a Kafka source's) is cached first, so it is computed
 once, at the cost of one more job (adaptive execution materializes the cache as a job of

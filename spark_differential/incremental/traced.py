@@ -134,7 +134,8 @@ class Run(Handler):
     # collections stored by the version's last write (tag, rows, schema): the newest files of totals traces
     stored: list[tuple[str, DataFrame, T.StructType]] = field(default_factory=list)
     kernel_inputs: list[tuple[str, list[DataFrame]]] = field(default_factory=list)
-    frontier: Sequence[Leaves] = ()  # the update's new frontier (a loop's task advances its traces to it)
+    # the update's new frontier (a loop's task advances its traces to it), or the loop's task finds it (NextFrontier)
+    frontier: Sequence[Leaves] | NextFrontier = ()
     # write_task(subdirectory, rows, fn, wide) -> the files written, by tag: a loop's one write, the rows (tagged by
     # KIND, schema wide) computed by its task's mapInArrow function fn (Store.write_task)
     write_task: Callable[[str, DataFrame, Any, T.StructType], dict[str, str]] | None = None
@@ -433,6 +434,13 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         written = onetask.write(store, query, policy, up, operators)
         if written is not None:
             return written, []
+    # the loop's one task may find it (its inputs as given; it writes the version itself: this machine's files)
+    if isinstance(new_front, NextFrontier) and one_loop and store.files.local_root() is not None:
+        run, result = called(True)
+        if run.deferred is not None and result is run.deferred[1] and run.checks is not None:
+            written = _loop_version(store, up, run)
+            found = new_front.after(None) if store.front is None else [(store.front,)]
+            return dataclasses.replace(written, frontier=found), run.kernel_inputs
     if isinstance(new_front, NextFrontier):  # found by a job first (Written.frontier says it)
         up = resolved(up)
         new_front = up.new_front
