@@ -62,6 +62,8 @@ def key_eq(cols: Sequence[str], left: str, right: str) -> str:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Select and cast ``table``'s columns to exactly ``schema`` (what Spark expects back)."""
+    if table.schema.equals(schema, check_metadata=True):  # (names, order, types, nullability, metadata: as asked)
+        return table
     arrays = []
     for field in schema:
         col = table.column(field.name)
