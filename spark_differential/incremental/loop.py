@@ -80,7 +80,7 @@ from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import TaskCheck
 from spark_differential.incremental.manifest import NextFrontier
 from spark_differential.incremental.storage import KIND, LOOP, Operator, physical, tag
-from spark_differential.incremental.store import FRONT, Part, read_local
+from spark_differential.incremental.store import Part, front_part, read_local
 from spark_differential.intask import step as in_task  # read at call time (tests count its rows)
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
@@ -426,7 +426,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
     ``checks``: rows of the table the task checks first, in order (:data:`Check`); ``frontier`` a
     :class:`~spark_differential.incremental.manifest.NextFrontier`: found from the largest time of
     the rows of the checks with ``inputs`` (the view's inputs as they came), and sent back as a
-    :data:`~spark_differential.incremental.store.FRONT` part."""
+    :func:`~spark_differential.incremental.store.front_part`."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
@@ -434,16 +434,16 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
         if table is None:
             return
         src = table.column(SRC)
-        tops = []
+        given = []  # the view's inputs' rows
         for j, cols, check in checks:
             rows = source_table(table.filter(pc.equal(src, j)), j, cols)
             check(rows, leaves(program.width), DIFF)
-            if rows.num_rows and j in inputs:
-                tops.append(pc.max(rows.column(leaves(program.width)[0])).as_py())
+            if j in inputs:
+                given.append(rows)
         front = frontier
         if isinstance(frontier, NextFrontier):
-            front = frontier.after(max(tops) if tops else None)
-            yield FRONT, pa.table({"front": [front[0][0]]}), None
+            front, sent = front_part(frontier, given, leaves(program.width)[0])
+            yield sent
         n = len(program.sources)
         spec_list = specs(program)
         sources, state = [], []

@@ -58,7 +58,7 @@ from spark_differential.incremental.inputs import Guarded, TaskCheck, check_outp
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import FRONT, Part, Store, parquet_files, read_local_files, widened
+from spark_differential.incremental.store import Part, Store, front_part, parquet_files, read_local_files, widened
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -260,7 +260,7 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
     columns under the prefix ``o``, the time leaf cast to the view's time type.  ``checks``: for each
     input, the checks of its rows the task makes (:class:`~spark_differential.incremental.inputs.TaskCheck`;
     ``None``: checked before).  ``frontier``: the new frontier, or (:class:`NextFrontier`) found from
-    the inputs' largest time and sent back as a :data:`~spark_differential.incremental.store.FRONT` part."""
+    the inputs' largest time and sent back as a :func:`~spark_differential.incremental.store.front_part`."""
     n = len(program.names)
     time_cols = leaves(program.width)
 
@@ -281,9 +281,8 @@ def task(program: QueryProgram, operators: Sequence[Operator], traces: Sequence[
                 check(rows, time_cols, DIFF)
         front = frontier
         if isinstance(frontier, NextFrontier):
-            tops = [pc.max(r.column(time_cols[0])).as_py() for r in inputs if r.num_rows]
-            front = frontier.after(max(tops) if tops else None)
-            yield FRONT, pa.table({"front": [front[0][0]]}), None
+            front, sent = front_part(frontier, inputs, time_cols[0])
+            yield sent
         pending = _part(table, n, out_schema)
         stored: dict[str, Kept] = {}
         merging: dict[str, pa.Table] = {}
@@ -436,7 +435,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     if integral:
         present = set(store.write_task(f"{directory}/data", union.coalesce(1), fn, wide, cache, large).values())
         if isinstance(front, NextFrontier):  # (no front sent back: the task had no rows)
-            front = front.after(None) if store.front is None else [(store.front,)]
+            front = store.found_front(front)
     else:
         widen = widened(fn, arrow_schema(spark, wide, large))
         stored = _as_stored(union.coalesce(1).mapInArrow(widen, wide), view_schema, ttype)

@@ -24,12 +24,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_differential.core import settings
+from spark_differential.core.lattice import Leaves
 from spark_differential.core.lazy import lazy
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.files import Files
-from spark_differential.incremental.manifest import State
+from spark_differential.incremental.manifest import NextFrontier, State
 from spark_differential.incremental.storage import KIND, part, physical, physical_names, tagged
 from spark_differential.kernels.common import conform
 from spark_differential.trace.arrow import concat_tables
@@ -127,6 +128,11 @@ class Store:
             return self.read([state.output_file] if present else [], state.output, "o")
         table = rows.select(physical("o", state.output)).rename_columns(state.output.names)
         return self.spark.createDataFrame(table, schema=state.output)
+
+    def found_front(self, frontier: NextFrontier) -> list[Leaves]:
+        """The new frontier the last one-task write's task found (:func:`front_part`); none sent
+        back (the task read no row): the old one."""
+        return frontier.after(None) if self.front is None else [(self.front,)]
 
     def size(self, rel: str) -> int:
         """Bytes of a stored directory (relative to the root)."""
@@ -348,6 +354,15 @@ def _write_kinds(target: str, parts: dict[str, list[pa.Table]], cache: ArrowCach
                                          schema=pa.schema([(KIND, pa.string()), (INLINE, pa.binary())]))
 
 
+def front_part(frontier: NextFrontier, tables: Sequence[pa.Table], leaf: str) -> tuple[list[Leaves], Part]:
+    """The new frontier a task finds from the largest time (column ``leaf``) of the new updates
+    it read (``tables``), and the :data:`Part` sending it back with what it writes (:data:`FRONT`,
+    read by :meth:`Store.found_front`)."""
+    tops = [pc.max(t.column(leaf)).as_py() for t in tables if t.num_rows]
+    front = frontier.after(max(tops) if tops else None)
+    return front, (FRONT, pa.table({"front": [front[0][0]]}), None)
+
+
 def _ipc(table: pa.Table) -> bytes:
     """``table`` as an Arrow IPC stream."""
     sink = pa.BufferOutputStream()
@@ -394,5 +409,5 @@ def _partition() -> int:
     return int(ctx.partitionId()) if ctx is not None else 0
 
 
-__all__ = ["FRONT", "MANIFESTS", "Part", "Store", "parquet_files", "part_writer", "physical_rows", "read_local",
+__all__ = ["FRONT", "MANIFESTS", "Part", "Store", "front_part", "parquet_files", "part_writer", "physical_rows", "read_local",
            "read_local_files", "wide_rows", "widened", "writer"]

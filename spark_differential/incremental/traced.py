@@ -439,8 +439,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         run, result = called(True)
         if run.deferred is not None and result is run.deferred[1] and run.checks is not None:
             written = _loop_version(store, up, run)
-            found = new_front.after(None) if store.front is None else [(store.front,)]
-            return dataclasses.replace(written, frontier=found), run.kernel_inputs
+            return dataclasses.replace(written, frontier=store.found_front(new_front)), run.kernel_inputs
     if isinstance(new_front, NextFrontier):  # found by a job first (Written.frontier says it)
         up = resolved(up)
         new_front = up.new_front
