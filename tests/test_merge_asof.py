@@ -15,6 +15,7 @@ import logging
 import math
 import random
 from collections import Counter
+from decimal import Decimal
 from typing import Any
 
 import pandas as pd
@@ -251,8 +252,8 @@ def _kernel_inputs(monkeypatch: Any) -> dict[str, Any]:
 @pytest.mark.connect
 def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(spark, monkeypatch) -> None:
     """A key-less join of enough left rows for a range per core (``MIN_RANGE_ROWS`` lowered): the
-    ranges, cut at quantiles of a sample of the left's match values, hold about as many left rows
-    each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
+    ranges, cut at quantiles of a sample of the right's match values (both sides spread alike
+    here), hold about as many left rows each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
     side tag, not both together); the rows are pandas ``merge_asof``'s."""
     from spark_differential.core.names import SIDE
     from spark_differential.kernels.common import keys
@@ -341,3 +342,55 @@ def test_plain_tables_split_into_ranges(spark) -> None:
         rrows = Counter((c, t, w) for (c, _, t, w), _, r in b.updates for _ in range(r))
         checks.append((f"key-less {option}", out, list(snapshot(spec, lrows, rrows, shape).elements())))
     assert_all(spark, checks)
+
+
+def test_a_key_less_split_cut_at_right_rows_carries_nothing(spark) -> None:
+    """A key-less split's bounds are right rows' match values: a left row's pick is then in its
+    own range and nothing is carried between ranges (no stage of its own).  Random tables over
+    a few values (ties at every bound, left rows equal to bounds, null and NaN match values),
+    every direction and exactness that path takes, with and without tolerance, every ``how``
+    a split allows, 2 to 5 ranges: the brute-force join's rows; a nearest join without exact
+    matches and a decimal match column keep the carried rows."""
+    rng = random.Random(11)
+    checks = []
+    for i in range(24):
+        direction, exact = [("backward", True), ("backward", False), ("forward", True), ("forward", False),
+                            ("nearest", True)][i % 5]
+        how = ["inner", "left", "semi", "anti"][i % 4]
+        tol = [None, 1, 3][i % 3]
+        double = i % 6 == 5
+        values = [None, float("nan")] if double else [None]
+
+        def value(span: int, double: bool = double, values: list = values) -> Any:
+            v = rng.randrange(span)
+            return rng.choice(values) if rng.random() < 0.05 else (v / 2 if double else v)
+
+        lrows = [(j, value(20)) for j in range(rng.randint(0, 60))]
+        rrows = [(value(20), rng.randrange(3)) for _ in range(rng.randint(0, 60))]
+        t = "double" if double else "long"
+        left = spark.createDataFrame(lrows, f"id long, t {t}")
+        right = spark.createDataFrame(rrows, f"t {t}, y long")
+        out = left.dd_merge_asof(right, on="t", direction=direction, allow_exact_matches=exact,
+                                 tolerance=None if tol is None else (tol / 2 if double else tol), how=how,
+                                 ranges=2 + i % 4)
+        plan = out._jdf.queryExecution().optimizedPlan().toString()
+        assert "percentile_approx" in plan and "sdasof_last" not in plan, plan
+        nan = lambda v: v is not None and v != v  # noqa: E731 - a NaN never matches: the oracle sees null
+        spec = Spec((), (), 1, 0, (1,), direction, exact, None if tol is None else (tol / 2 if double else tol), how)
+        lc = Counter((j, None if nan(v) else v) for j, v in lrows)
+        rc = Counter((None if nan(v) else v, y) for v, y in rrows)
+        if how in ("semi", "anti"):
+            shape = lambda lr, rr: tuple(lr)  # noqa: E731
+        else:
+            shape = lambda lr, rr: (*lr, rr[1] if rr else None)  # noqa: E731
+        want = [(j, v if not nan(v) else None, *rest) for j, v, *rest in snapshot(spec, lc, rc, shape).elements()]
+        got = out.selectExpr("id", "CASE WHEN isnan(t) THEN NULL ELSE t END AS t", *out.columns[2:])
+        checks.append((f"{i}: {direction} exact={exact} tol={tol} {how} {t}", got, want))
+    assert_all(spark, checks)
+    left = spark.createDataFrame([(1, Decimal("1.5"))], "id long, t decimal(10, 2)")
+    kept = [left.dd_merge_asof(left.withColumnRenamed("id", "y"), on="t", ranges=2),
+            spark.createDataFrame([(1, 1)], "id long, t long").dd_merge_asof(
+                spark.createDataFrame([(1, 2)], "t long, y long"), on="t", direction="nearest",
+                allow_exact_matches=False, ranges=2)]
+    for df in kept:
+        assert "sdasof_last" in df._jdf.queryExecution().optimizedPlan().toString()

@@ -8,24 +8,40 @@ path), which names the output columns itself.
 
 Without ``by`` keys every row has one key: one task would hold both whole tables.  So a
 key-less join (or any join asked to, ``ranges=``) is cut into ranges of the match value,
-the range joining the key: left rows go to the range of their match value, right rows
-too, and each range also gets the right rows a left row of it may pick from another
-range: the *last* right row of the nearest earlier range that has one (backward and
-nearest joins) and the *first* of the nearest later one (forward and nearest).  Values
-equal to a boundary fall in one range on both sides, so a pick never crosses more than
-that one row, and a range's task holds its own rows and two carried rows per key.
+the range joining the key, each range one task.
 
-The boundaries are quantiles of the left's match values (``percentile_approx`` over
-their numeric order: microseconds, days, doubles; an automatic split takes them from the
-one left row in :data:`SAMPLE` whose match value hashes to 0 modulo it, which keeps the
-ranges about equal and the aggregation cheap) computed in the plan, not by a job of
-their own: a one-row aggregate broadcast to both sides, the number of ranges following
-its row count (:data:`RANGE_ROWS` left rows per range), each row's range found by a
-binary search written as nested ``CASE``\\ s.  Right and full joins are not split (a
-right row's fate depends on every range's picks), nor are string, binary or boolean
-match values (no numeric order to take quantiles of).  Nor is a join whose left side Spark's
-plan knows to be at most :data:`MIN_RANGE_ROWS` rows it holds already (local rows, a cached
-table: :func:`few_rows`): it would be one range anyway.
+*Key-less: cut at right rows.*  The bounds are match values of right rows (quantiles of
+theirs: the ranges hold about equal numbers of right rows).  A left row's pick then lies in its own range: a backward join's is at or after
+the greatest bound at or below the left row, itself a right row; a forward join's at or
+before the least bound at or above it.  So left rows go to the range of the bounds below
+them, right rows to that of the bounds at or below them (backward) or below them
+(forward); a join without exact matches turns the left's comparison around; a nearest
+join sends a right row equal to a bound to the range below it as well.  Nothing is
+carried between ranges, and equal values (ties) share a range.
+
+*Keyed, or a decimal match value, or nearest without exact matches: carried rows.*  A
+bound is then a value of some key's right rows, not every key's (or a decimal's double
+may not order like the decimal, or a left row at a bound needs both ranges), so the
+bounds are quantiles of the left's values, and each range also gets, per key, the right
+rows a left row of it may pick from another range: the *last* right row of the nearest
+earlier range that has one (backward and nearest joins) and the *first* of the nearest
+later one (forward and nearest).  Values equal to a boundary fall in one range on both
+sides, so a pick never crosses more than that one row, and a range's task holds its own
+rows and two carried rows per key.
+
+The bounds are quantiles (``percentile_approx`` over their numeric order: microseconds,
+days, doubles; an automatic split takes them from the one row in :data:`SAMPLE` whose
+match value hashes to 0 modulo it, which keeps the ranges about equal and the
+aggregation cheap) computed in the plan, not by a job of their own: a one-row aggregate
+broadcast to both sides, each row's range found by a binary search written as nested
+``CASE``\\ s.  The number of ranges follows the left's row count (:data:`RANGE_ROWS`
+left rows per range, at least one per core once each holds :data:`MIN_RANGE_ROWS`):
+from Spark's plan where it has counted them (a cached table: then the search is over
+just those bounds), else counted in the same aggregate.  Right and full joins are not
+split (a right row's fate depends on every range's picks), nor are string, binary or
+boolean match values (no numeric order to take quantiles of).  Nor is a join whose left
+side Spark's plan knows to be at most :data:`MIN_RANGE_ROWS` rows it holds already (local
+rows, a cached table: :func:`few_rows`): it would be one range anyway.
 """
 
 from __future__ import annotations
@@ -41,7 +57,7 @@ from pyspark.sql import types as T
 from spark_differential.core import settings
 from spark_differential.core.collection import INTEGRAL_TYPES
 from spark_differential.engine.distributed import run_pair_sql
-from spark_differential.intask.sources import estimated_rows
+from spark_differential.intask.sources import Estimate, estimated_rows
 from spark_differential.kernels import asof_merge as kmerge
 from spark_differential.kernels.common import keys, names
 
@@ -68,19 +84,16 @@ def numeric_order(item: str, t: T.DataType) -> str | None:
     return None
 
 
-def _position(v: str, lo: int, hi: int) -> str:
-    """How many of the bounds ``lo + 1 .. hi`` (1-based, ascending) are ``<= v``, plus ``lo``:
-    a binary search as nested CASEs (``log2`` comparisons per row, compiled by Spark)."""
+def _position(v: str, lo: int, hi: int, strict: bool = False) -> str:
+    """How many of the bounds ``lo + 1 .. hi`` (1-based, ascending) are ``<= v`` (``strict``:
+    ``< v``), plus ``lo``: a binary search as nested CASEs (``log2`` comparisons per row,
+    compiled by Spark)."""
     if lo == hi:
         return str(lo)
     mid = (lo + hi) // 2
-    return (f"CASE WHEN {v} < element_at({_BOUNDS}, {mid + 1}) THEN {_position(v, lo, mid)} "
-            f"ELSE {_position(v, mid + 1, hi)} END")
-
-
-def _range_of(v: str, probes: int) -> str:
-    """The range of a numeric order ``v``: its position among the bounds, scaled to the ranges."""
-    return f"CAST(({_position(v, 0, probes)}) * {_RANGES} DIV {probes + 1} AS INT)"
+    below = "<=" if strict else "<"
+    return (f"CASE WHEN {v} {below} element_at({_BOUNDS}, {mid + 1}) THEN {_position(v, lo, mid, strict)} "
+            f"ELSE {_position(v, mid + 1, hi, strict)} END")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +109,23 @@ def few_rows(df: DataFrame) -> bool:
     """Whether Spark's plan says, without a job, that ``df`` holds at most :data:`MIN_RANGE_ROWS`
     rows it has already (local rows, a cached table): a join of so few left rows is one range,
     and not cutting it spares the quantiles' and the carried rows' stages."""
-    estimate = estimated_rows([df])
+    return _few(estimated_rows([df]))
+
+
+def _few(estimate: Estimate) -> bool:
     rows = estimate.rows if estimate.known else estimate.bound  # (a Python list's: bounded by its batches)
     return estimate.held and rows is not None and rows <= MIN_RANGE_ROWS
+
+
+def automatic_ranges(rows: int, cores: int) -> int:
+    """The ranges an automatic split cuts ``rows`` left rows into: one per :data:`RANGE_ROWS`, at
+    least one per core once each holds :data:`MIN_RANGE_ROWS`, at most ``PROBES + 1``.
+
+    >>> automatic_ranges(10**6, 2), automatic_ranges(10**7, 2), automatic_ranges(60_000, 8), automatic_ranges(10**9, 2)
+    (2, 10, 2, 65)
+    """
+    cores = min(cores, -(-rows // MIN_RANGE_ROWS))
+    return min(PROBES + 1, max(1, -(-rows // RANGE_ROWS), cores))
 
 
 def splittable(p: kmerge.MergeAsofParams, split: Split | None, right_types: Sequence[T.DataType]) -> bool:
@@ -117,35 +144,108 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     kernel column names), as ``schema`` (the output names of ``out_columns``); cut into
     ranges of the match value when ``split`` says so and the join allows it."""
     kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in out_columns], schema.names)
-    if split is None or not splittable(p, split, right_types) or (split.ranges is None and few_rows(sides[0][0])):
+    if split is None or not splittable(p, split, right_types):
         return run_pair_sql(kernel, p, sides, p.nkeys, schema)
     (ldf, litems, llabels), (rdf, ritems, rlabels) = sides
-    left = ldf.selectExpr(*[f"{i} AS {n}" for i, n in zip(litems, llabels)])
-    right = rdf.selectExpr(*[f"{i} AS {n}" for i, n in zip(ritems, rlabels)]).where("_b0 IS NOT NULL")
-    probes = max(PROBES, (split.ranges or 0) - 1)
-    v_left = numeric_order("_a0", split.on_type)
-    v_right = numeric_order("_b0", split.on_type)
-    fractions = ", ".join(repr((i + 1) / (probes + 1)) for i in range(probes))
-    count = F.count(F.lit(1))
-    # at least a range per core once each holds MIN_RANGE_ROWS left rows: a key-less join keeps them busy
-    cores = F.least(F.lit(settings.parallelism(ldf.sparkSession)), F.ceil(count / F.lit(MIN_RANGE_ROWS)))
-    ranges = F.lit(split.ranges) if split.ranges else F.least(
-        F.lit(probes + 1), F.greatest(F.lit(1), F.ceil(count / F.lit(RANGE_ROWS)), cores)).cast("int")
-    # the quantiles of an automatic split from a sample of 1 left row in SAMPLE, chosen by the hash of its
-    # match value (so the same on a recomputation); ranges only need to be of about equal size
-    sample = v_left if split.ranges else f"CASE WHEN pmod(xxhash64({v_left}), {SAMPLE}) = 0 THEN {v_left} END"
-    stats = left.agg(F.expr(f"percentile_approx({sample}, array({fractions}), {_ACCURACY})").alias(_BOUNDS),
-                     ranges.alias(_RANGES))
+    cores = settings.parallelism(ldf.sparkSession)
+    known = split.ranges  # the number of ranges where known before any job: asked for, or from Spark's plan
+    if known is None:
+        estimate = estimated_rows([ldf])
+        if _few(estimate):
+            return run_pair_sql(kernel, p, sides, p.nkeys, schema)
+        if estimate.held and estimate.known:  # rows Spark holds and has counted (a cached table)
+            known = automatic_ranges(estimate.rows, cores)
+            if known == 1:
+                return run_pair_sql(kernel, p, sides, p.nkeys, schema)
+    cut = _Cut(split, known, cores)
     nk = p.nkeys
     rk = keys(nk + 1)[-1]
-    bounds = F.broadcast(stats)
-    left_r = left.crossJoin(bounds).selectExpr(*left.columns, f"{_range_of(v_left, probes)} AS {rk}")
-    right_r = right.crossJoin(bounds).selectExpr(*right.columns, f"{_range_of(v_right, probes)} AS {rk}")
-    carried = _carried(right_r, keys(nk), rk, names("_b", p.nb), p.rule.direction, probes)
     params = dataclasses.replace(p, nkeys=nk + 1)
+    slots = None if nk else (rk, cut.probes + 1)
+    if bounds_at_right_rows(p, split, right_types):
+        # a backward join's pick for a left row is at or after the greatest bound at or below it (a right
+        # row's value), a forward join's at or before the least bound at or above it: both in its range
+        # when left rows go by the bounds below them and right rows by the bounds at or below them
+        # (backward) or below them (forward); strict joins turn the left's comparison around
+        lon, ron = (f"({items[list(labels).index(n)]})" for items, labels, n in
+                    ((litems, llabels, "_a0"), (ritems, rlabels, "_b0")))
+        valid = f"{ron} IS NOT NULL"
+        if isinstance(split.on_type, (T.FloatType, T.DoubleType)):
+            valid += f" AND NOT isnan({ron})"  # a NaN never matches (and must not be a bound)
+        right = rdf.where(valid)
+        v_left, v_right = numeric_order(lon, split.on_type), numeric_order(ron, split.on_type)
+        over = right.selectExpr(f"{cut.sampled(v_right)} AS sdasof_v")
+        if not known:  # the left's rows counted in the same pass
+            over = ldf.selectExpr("1 AS sdasof_n").unionByName(over, allowMissingColumns=True)
+        bounds = cut.bounds(over, "sdasof_v", "count(sdasof_n)")
+        direction = p.rule.direction
+        backward, forward = cut.range_of(v_right), cut.range_of(v_right, strict=True)
+        place = {"backward": backward, "forward": forward,
+                 # a bound's rows serve the range below it too (the first row at or after its left rows)
+                 "nearest": f"explode(array_distinct(array({backward}, {forward})))"}[direction]
+        return run_pair_sql(kernel, params, [
+            (ldf.crossJoin(bounds), [*litems, cut.range_of(v_left, (direction == "forward") == p.rule.exact)],
+             [*llabels, rk]),
+            (right.crossJoin(bounds), [*ritems, place], [*rlabels, rk])], nk + 1, schema, slots=slots)
+    left = ldf.selectExpr(*[f"{i} AS {n}" for i, n in zip(litems, llabels)])
+    right = rdf.selectExpr(*[f"{i} AS {n}" for i, n in zip(ritems, rlabels)]).where("_b0 IS NOT NULL")
+    v_left, v_right = numeric_order("_a0", split.on_type), numeric_order("_b0", split.on_type)
+    bounds = cut.bounds(left.selectExpr(f"{cut.sampled(v_left)} AS sdasof_v"), "sdasof_v", "count(1)")
+    left_r = left.crossJoin(bounds).selectExpr(*left.columns, f"{cut.range_of(v_left)} AS {rk}")
+    right_r = right.crossJoin(bounds).selectExpr(*right.columns, f"{cut.range_of(v_right)} AS {rk}")
+    carried = _carried(right_r, keys(nk), rk, names("_b", p.nb), p.rule.direction, cut.probes)
     lcols, rcols = left_r.columns, right_r.columns
     return run_pair_sql(kernel, params, [(left_r, lcols, lcols), (right_r.unionByName(carried), rcols, rcols)],
-                        nk + 1, schema, slots=None if nk else (rk, probes + 1))
+                        nk + 1, schema, slots=slots)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cut:
+    """The bounds of a split and each row's range among them: ``known`` ranges (None: from the
+    left's rows, counted where the bounds are computed) on ``cores`` cores."""
+
+    split: Split
+    known: int | None
+    cores: int
+
+    @property
+    def probes(self) -> int:
+        """The bounds: one fewer than the ranges when known, else :data:`PROBES` (their positions
+        then grouped into the ranges)."""
+        return self.known - 1 if self.known else PROBES
+
+    def sampled(self, v: str) -> str:
+        """The values whose quantiles are the bounds: every ``v`` when the ranges were asked for, else
+        the one in :data:`SAMPLE` whose hash is 0 modulo it (so the same on a recomputation; ranges
+        only need to be of about equal size)."""
+        return v if self.split.ranges else f"CASE WHEN pmod(xxhash64({v}), {SAMPLE}) = 0 THEN {v} END"
+
+    def bounds(self, over: DataFrame, value: str, counted: str) -> DataFrame:
+        """The one-row aggregate over ``over``: the bounds (quantiles of ``value``) and the number of
+        ranges (known, or from the left rows ``counted``: one per :data:`RANGE_ROWS`, at least one
+        per core once each holds :data:`MIN_RANGE_ROWS`), broadcast."""
+        fractions = ", ".join(repr((i + 1) / (self.probes + 1)) for i in range(self.probes))
+        ranges = str(self.known) if self.known else (
+            f"CAST(least({self.probes + 1}, greatest(1, ceil({counted} / {RANGE_ROWS}), "
+            f"least({self.cores}, ceil({counted} / {MIN_RANGE_ROWS})))) AS INT)")
+        return F.broadcast(over.selectExpr(f"percentile_approx({value}, array({fractions}), {_ACCURACY}) AS {_BOUNDS}",
+                                           f"{ranges} AS {_RANGES}"))
+
+    def range_of(self, v: str, strict: bool = False) -> str:
+        """The range of a numeric order ``v``: its position among the bounds (see :func:`_position`),
+        scaled to the ranges."""
+        return f"CAST(({_position(v, 0, self.probes, strict)}) * {_RANGES} DIV {self.probes + 1} AS INT)"
+
+
+def bounds_at_right_rows(p: kmerge.MergeAsofParams, split: Split, right_types: Sequence[T.DataType]) -> bool:
+    """Whether a split's bounds are the right's match values, so that each left row finds its pick
+    in its own range and nothing is carried between ranges: a key-less join (with keys, a bound
+    is one key's value, not every key's), its two match values of one type with an exact numeric
+    order (not decimals, cast to doubles), and not a nearest join without exact matches (a left
+    row at a bound would need the range below it too)."""
+    on = split.on_type
+    return (p.nkeys == 0 and not isinstance(on, T.DecimalType) and (not right_types or right_types[0] == on)
+            and not (p.rule.direction == "nearest" and not p.rule.exact))
 
 
 def _carried(right: DataFrame, by: list[str], rk: str, data: list[str], direction: str, last: int) -> DataFrame:

@@ -294,9 +294,10 @@ def dd_merge_asof(
     multiplicity; a row present ``m`` times is ``m`` rows), updated where the inputs change.
 
     ``ranges`` (plain tables): cut each key's timeline into this many ranges of ``on``,
-    one task each, every range also getting the right rows next to it that its left rows
-    may pick; the default cuts key-less joins by their size (about 10^6 left rows a
-    range) and nothing else; 1 never cuts.  Give it for a few huge keys.  Right and full
+    one task each (key-less: cut at right rows' values, so that each left row's pick is
+    in its range; keyed: every range also gets the right rows next to it that its left
+    rows may pick); the default cuts key-less joins by their size (about 10^6 left rows
+    a range) and nothing else; 1 never cuts.  Give it for a few huge keys.  Right and full
     joins, and string, binary or boolean ``on`` columns, are not cut.
 
     >>> import spark_differential as sd
