@@ -394,3 +394,38 @@ def test_a_key_less_split_cut_at_right_rows_carries_nothing(spark) -> None:
                 allow_exact_matches=False, ranges=2)]
     for df in kept:
         assert "sdasof_last" in df._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_a_cached_left_table_sets_the_ranges_from_its_counted_rows(spark, monkeypatch) -> None:
+    """A key-less join whose left table Spark has cached and counted: the number of ranges comes
+    from the plan's row count (no count in the bounds' aggregate, one bound a range boundary),
+    as :func:`automatic_ranges` says; the rows are pandas ``merge_asof``'s."""
+    from spark_differential.core import settings
+    from spark_differential.core.names import SIDE
+    from spark_differential.kernels.common import keys
+    from spark_differential.operators import asof_ranges
+
+    monkeypatch.setattr(asof_ranges, "MIN_RANGE_ROWS", 500)
+    seen = _kernel_inputs(monkeypatch)
+    rng = random.Random(8)
+    n = 3000
+    lrows = [(i, rng.randrange(10**5)) for i in range(n)]
+    rrows = [(t, rng.randrange(100)) for t in rng.sample(range(10**5), n)]
+    left = spark.createDataFrame(lrows, "id long, t long").repartition(2).cache()
+    try:
+        assert left.count() == n
+        right = spark.createDataFrame(rrows, "t long, price long")
+        out = left.dd_merge_asof(right, on="t")
+        plan = out._jdf.queryExecution().optimizedPlan().toString()
+        assert "percentile_approx" in plan and "sdasof_n" not in plan, plan
+        got = sorted(tuple(r) for r in out.collect())
+        want = pd.merge_asof(pd.DataFrame(lrows, columns=["id", "t"]).sort_values("t"),
+                             pd.DataFrame(rrows, columns=["t", "price"]).sort_values("t"), on="t")
+        assert got == sorted((int(i), int(t), None if math.isnan(p) else int(p))
+                             for i, t, p in want.itertuples(index=False))
+        ranges = asof_ranges.automatic_ranges(n, settings.parallelism(spark))
+        assert ranges >= 2
+        used = seen["one"].where(f"{SIDE} = 0").select(keys(1)[0]).distinct().count()
+        assert used == ranges, (used, ranges)
+    finally:
+        left.unpersist()
