@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from asof_oracle import Spec, ref_merge_asof, snapshot
 from asof_support import assert_all
@@ -256,6 +257,7 @@ def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(sp
     here), hold about as many left rows each; the two sides reach the kernel in shared columns (as wide as the wider side plus the
     side tag, not both together); the rows are pandas ``merge_asof``'s."""
     from spark_differential.core.names import SIDE
+    from spark_differential.core.session import is_connect
     from spark_differential.kernels.common import keys
     from spark_differential.operators import asof_ranges
 
@@ -266,8 +268,11 @@ def test_an_automatic_split_of_many_rows_is_balanced_and_sends_shared_columns(sp
     lrows = [(i, rng.randrange(10**6)) for i in range(n)]
     rrows = [(t, rng.randrange(100)) for t in rng.sample(range(10**6), n)]  # no ties among the right's values
     left = spark.createDataFrame(lrows, "id long, t long").repartition(3)
-    right = spark.createDataFrame(rrows, "t long, price long")
-    got = sorted(tuple(r) for r in left.dd_merge_asof(right, on="t").collect())
+    right = spark.createDataFrame(pa.table({"t": [t for t, _ in rrows], "price": [p for _, p in rrows]}))
+    out = left.dd_merge_asof(right, on="t")
+    plan = out._explain_string(mode="extended") if is_connect(out) else out._jdf.queryExecution().toString()
+    assert "percentile_approx" in plan and "sdasof_last" not in plan, plan  # cut at right rows
+    got = sorted(tuple(r) for r in out.collect())
     want = pd.merge_asof(pd.DataFrame(lrows, columns=["id", "t"]).sort_values("t"),
                          pd.DataFrame(rrows, columns=["t", "price"]).sort_values("t"), on="t")
     assert got == sorted((int(i), int(t), None if math.isnan(p) else int(p)) for i, t, p in want.itertuples(index=False))
@@ -350,7 +355,8 @@ def test_a_key_less_split_cut_at_right_rows_carries_nothing(spark) -> None:
     a few values (ties at every bound, left rows equal to bounds, null and NaN match values),
     every direction and exactness that path takes, with and without tolerance, every ``how``
     a split allows, 2 to 5 ranges: the brute-force join's rows; a nearest join without exact
-    matches and a decimal match column keep the carried rows."""
+    matches, a decimal match column and a right side of fewer than a row per 16 left rows keep
+    the carried rows."""
     rng = random.Random(11)
     checks = []
     for i in range(24):
@@ -366,10 +372,15 @@ def test_a_key_less_split_cut_at_right_rows_carries_nothing(spark) -> None:
             return rng.choice(values) if rng.random() < 0.05 else (v / 2 if double else v)
 
         lrows = [(j, value(20)) for j in range(rng.randint(0, 60))]
-        rrows = [(value(20), rng.randrange(3)) for _ in range(rng.randint(0, 60))]
+        rrows = [(value(20), rng.randrange(3)) for _ in range(rng.randint(-(-len(lrows) // 16), 60))]
         t = "double" if double else "long"
-        left = spark.createDataFrame(lrows, f"id long, t {t}")
-        right = spark.createDataFrame(rrows, f"t {t}, y long")
+        # Arrow tables: local rows Spark has counted (a split is cut at right rows only where their
+        # number is known), a NaN kept apart from a null
+        tt = pa.float64() if double else pa.int64()
+        left = spark.createDataFrame(pa.table({"id": pa.array([j for j, _ in lrows], pa.int64()),
+                                               "t": pa.array([v for _, v in lrows], tt)}), f"id long, t {t}")
+        right = spark.createDataFrame(pa.table({"t": pa.array([v for v, _ in rrows], tt),
+                                                "y": pa.array([y for _, y in rrows], pa.int64())}), f"t {t}, y long")
         out = left.dd_merge_asof(right, on="t", direction=direction, allow_exact_matches=exact,
                                  tolerance=None if tol is None else (tol / 2 if double else tol), how=how,
                                  ranges=2 + i % 4)
@@ -391,7 +402,9 @@ def test_a_key_less_split_cut_at_right_rows_carries_nothing(spark) -> None:
     kept = [left.dd_merge_asof(left.withColumnRenamed("id", "y"), on="t", ranges=2),
             spark.createDataFrame([(1, 1)], "id long, t long").dd_merge_asof(
                 spark.createDataFrame([(1, 2)], "t long, y long"), on="t", direction="nearest",
-                allow_exact_matches=False, ranges=2)]
+                allow_exact_matches=False, ranges=2),
+            spark.createDataFrame(pa.table({"id": list(range(40)), "t": list(range(40))})).dd_merge_asof(
+                spark.createDataFrame(pa.table({"t": [1, 30], "y": [2, 3]})), on="t", ranges=2)]
     for df in kept:
         assert "sdasof_last" in df._jdf.queryExecution().optimizedPlan().toString()
 
@@ -414,10 +427,10 @@ def test_a_cached_left_table_sets_the_ranges_from_its_counted_rows(spark, monkey
     left = spark.createDataFrame(lrows, "id long, t long").repartition(2).cache()
     try:
         assert left.count() == n
-        right = spark.createDataFrame(rrows, "t long, price long")
+        right = spark.createDataFrame(pa.table({"t": [t for t, _ in rrows], "price": [p for _, p in rrows]}))
         out = left.dd_merge_asof(right, on="t")
         plan = out._jdf.queryExecution().optimizedPlan().toString()
-        assert "percentile_approx" in plan and "sdasof_n" not in plan, plan
+        assert "percentile_approx" in plan and "sdasof_n#" not in plan and "sdasof_last" not in plan, plan
         got = sorted(tuple(r) for r in out.collect())
         want = pd.merge_asof(pd.DataFrame(lrows, columns=["id", "t"]).sort_values("t"),
                              pd.DataFrame(rrows, columns=["t", "price"]).sort_values("t"), on="t")

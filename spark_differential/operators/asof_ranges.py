@@ -11,7 +11,9 @@ key-less join (or any join asked to, ``ranges=``) is cut into ranges of the matc
 the range joining the key, each range one task.
 
 *Key-less: cut at right rows.*  The bounds are match values of right rows (quantiles of
-theirs: the ranges hold about equal numbers of right rows).  A left row's pick then lies in its own range: a backward join's is at or after
+theirs: the ranges hold about equal numbers of right rows; taken where Spark's plan says the
+right has at least a row per :data:`RIGHT_SHARE` left rows, so that left rows spread over
+them).  A left row's pick then lies in its own range: a backward join's is at or after
 the greatest bound at or below the left row, itself a right row; a forward join's at or
 before the least bound at or above it.  So left rows go to the range of the bounds below
 them, right rows to that of the bounds at or below them (backward) or below them
@@ -19,9 +21,10 @@ them, right rows to that of the bounds at or below them (backward) or below them
 join sends a right row equal to a bound to the range below it as well.  Nothing is
 carried between ranges, and equal values (ties) share a range.
 
-*Keyed, or a decimal match value, or nearest without exact matches: carried rows.*  A
-bound is then a value of some key's right rows, not every key's (or a decimal's double
-may not order like the decimal, or a left row at a bound needs both ranges), so the
+*Keyed, or a decimal match value, or nearest without exact matches, or few right rows:
+carried rows.*  A bound is then a value of some key's right rows, not every key's (or a
+decimal's double may not order like the decimal, or a left row at a bound needs both
+ranges, or the right's values are too few to cut the left's rows evenly), so the
 bounds are quantiles of the left's values, and each range also gets, per key, the right
 rows a left row of it may pick from another range: the *last* right row of the nearest
 earlier range that has one (backward and nearest joins) and the *first* of the nearest
@@ -64,7 +67,8 @@ from spark_differential.kernels.common import keys, names
 PROBES = 64  # quantiles computed: at most PROBES + 1 ranges
 RANGE_ROWS = 1_000_000  # left rows per range of an automatically split join
 MIN_RANGE_ROWS = 50_000  # fewer left rows per range than this: fewer ranges than cores
-SAMPLE = 16  # an automatic split takes its quantiles from one left row in SAMPLE (by hash)
+SAMPLE = 16  # an automatic split takes its quantiles from one row in SAMPLE (by hash)
+RIGHT_SHARE = 16  # a key-less split is cut at right rows when they are at least one per RIGHT_SHARE left rows
 _ACCURACY = 2_000
 _BOUNDS, _RANGES = "sdasof_bounds", "sdasof_ranges"
 
@@ -149,8 +153,8 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     (ldf, litems, llabels), (rdf, ritems, rlabels) = sides
     cores = settings.parallelism(ldf.sparkSession)
     known = split.ranges  # the number of ranges where known before any job: asked for, or from Spark's plan
+    estimate = estimated_rows([ldf])
     if known is None:
-        estimate = estimated_rows([ldf])
         if _few(estimate):
             return run_pair_sql(kernel, p, sides, p.nkeys, schema)
         if estimate.held and estimate.known:  # rows Spark holds and has counted (a cached table)
@@ -162,7 +166,7 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     rk = keys(nk + 1)[-1]
     params = dataclasses.replace(p, nkeys=nk + 1)
     slots = None if nk else (rk, cut.probes + 1)
-    if bounds_at_right_rows(p, split, right_types):
+    if bounds_at_right_rows(p, split, right_types) and _right_rows_enough(estimate, estimated_rows([rdf])):
         # a backward join's pick for a left row is at or after the greatest bound at or below it (a right
         # row's value), a forward join's at or before the least bound at or above it: both in its range
         # when left rows go by the bounds below them and right rows by the bounds at or below them
@@ -246,6 +250,16 @@ def bounds_at_right_rows(p: kmerge.MergeAsofParams, split: Split, right_types: S
     on = split.on_type
     return (p.nkeys == 0 and not isinstance(on, T.DecimalType) and (not right_types or right_types[0] == on)
             and not (p.rule.direction == "nearest" and not p.rule.exact))
+
+
+def _right_rows_enough(left: Estimate, right: Estimate) -> bool:
+    """Whether Spark's plan says the right has at least one row per :data:`RIGHT_SHARE` left rows
+    (its row count or size known, the left's at least bounded):
+    ranges cut at right rows then hold about equal left rows where the two sides spread alike (a
+    right of a few rows, say a currency's rates against a year of trades, would leave most left
+    rows in one range; its join carries rows between ranges cut at the left's quantiles instead)."""
+    lrows = left.rows if left.known else left.bound  # at most this many (a Python list's: its batches')
+    return right.known and lrows is not None and right.rows * RIGHT_SHARE >= lrows
 
 
 def _carried(right: DataFrame, by: list[str], rk: str, data: list[str], direction: str, last: int) -> DataFrame:
