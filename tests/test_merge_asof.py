@@ -442,3 +442,31 @@ def test_a_cached_left_table_sets_the_ranges_from_its_counted_rows(spark, monkey
         assert used == ranges, (used, ranges)
     finally:
         left.unpersist()
+
+
+def test_a_large_join_by_key_keeps_every_shuffle_partition(spark, monkeypatch) -> None:
+    """A keyed join (not cut) whose left side Spark's plan counts at ``SPREAD_ROWS`` rows or more
+    is placed into every shuffle partition (a repartition by number, which adaptive execution
+    leaves alone); a smaller one lets adaptive execution merge them; both give pandas' rows."""
+    from spark_differential.operators import asof_ranges
+
+    monkeypatch.setattr(asof_ranges, "SPREAD_ROWS", 100)
+    rng = random.Random(9)
+    lrows = [(i, rng.randrange(4), rng.randrange(1000)) for i in range(150)]
+    rrows = [(k, t, rng.randrange(9)) for k in range(4) for t in rng.sample(range(1000), 40)]
+    right = spark.createDataFrame(pa.table({"k": [k for k, _, _ in rrows], "t": [t for _, t, _ in rrows],
+                                            "y": [y for _, _, y in rrows]}))
+    nparts = spark.conf.get("spark.sql.shuffle.partitions")
+    want = pd.merge_asof(pd.DataFrame(lrows, columns=["id", "k", "t"]).sort_values("t"),
+                         pd.DataFrame(rrows, columns=["k", "t", "y"]).sort_values("t"), on="t", by="k")
+    want_rows = sorted((int(i), int(k), int(t), None if math.isnan(y) else int(y))
+                       for i, k, t, y in want.itertuples(index=False))
+    for n, fixed in ((150, True), (60, False)):
+        left = spark.createDataFrame(pa.table({"id": [i for i, _, _ in lrows[:n]], "k": [k for _, k, _ in lrows[:n]],
+                                               "t": [t for _, _, t in lrows[:n]]}))
+        out = left.dd_merge_asof(right, on="t", by="k")
+        plan = out._jdf.queryExecution().optimizedPlan().toString()
+        repartition = next(line for line in plan.splitlines() if "RepartitionByExpression" in line)
+        assert repartition.rstrip().endswith(f", {nparts}") == fixed, repartition
+        got = sorted(tuple(r) for r in out.select("id", "k", "t", "y").collect())
+        assert got == [r for r in want_rows if r[0] < n]

@@ -221,6 +221,7 @@ def run_pair_sql(
     nkeys: int,
     out_schema: T.StructType,
     slots: tuple[str, int] | None = None,
+    every_partition: bool = False,
 ) -> DataFrame:
     """:func:`run_pair_per_partition` for two inputs the caller writes in kernel form as SQL
     text: ``(df, expressions, names)`` per side, the names those of :func:`kernel_names`
@@ -231,7 +232,10 @@ def run_pair_sql(
 
     ``slots``: ``(key, n)`` when the only key is a slot number below ``n`` (a key-less as-of
     join's ranges), placed round-robin over the partitions instead of by its hash, which may
-    put two of a few slots on one partition (:func:`slot_sql`)."""
+    put two of a few slots on one partition (:func:`slot_sql`).
+
+    ``every_partition``: keep every shuffle partition (a large input: adaptive execution would
+    merge the partitions into fewer tasks of unequal size, one of them left running alone)."""
     (da, ea, na), (db, eb, nb) = sides
     a = da.selectExpr(*[f"{e} AS {n}" for e, n in zip(ea, na)])
     b = db.selectExpr(*[f"{e} AS {n}" for e, n in zip(eb, nb)])
@@ -241,7 +245,8 @@ def run_pair_sql(
     spark = da.sparkSession
     nparts = settings.shuffle_partitions(spark)
     place = slot_sql(*slots, nparts) if slots else bucket_sql(keys(nkeys), settings.buckets(spark), nparts)
-    one = a.unionByName(b, allowMissingColumns=True).repartition(F.expr(place))
+    one = a.unionByName(b, allowMissingColumns=True)
+    one = one.repartition(nparts, F.expr(place)) if every_partition else one.repartition(F.expr(place))
     return _in_tasks(kernel, params, one, out_schema, (list(na), list(nb)), (ca, cb))
 
 

@@ -45,6 +45,11 @@ split (a right row's fate depends on every range's picks), nor are string, binar
 boolean match values (no numeric order to take quantiles of).  Nor is a join whose left
 side Spark's plan knows to be at most :data:`MIN_RANGE_ROWS` rows it holds already (local
 rows, a cached table: :func:`few_rows`): it would be one range anyway.
+
+A join placed by key and not cut keeps every shuffle partition once Spark's plan says its left
+side holds :data:`SPREAD_ROWS` rows: adaptive execution would merge the partitions into fewer
+tasks of unequal size (100 keys on 4 partitions became 3 tasks on 2 cores, the largest left
+running alone).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ RANGE_ROWS = 1_000_000  # left rows per range of an automatically split join
 MIN_RANGE_ROWS = 50_000  # fewer left rows per range than this: fewer ranges than cores
 SAMPLE = 16  # an automatic split takes its quantiles from one row in SAMPLE (by hash)
 RIGHT_SHARE = 16  # a key-less split is cut at right rows when they are at least one per RIGHT_SHARE left rows
+SPREAD_ROWS = 200_000  # a join by key of at least this many left rows keeps every shuffle partition
 _ACCURACY = 2_000
 _BOUNDS, _RANGES = "sdasof_bounds", "sdasof_ranges"
 
@@ -148,12 +154,13 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     kernel column names), as ``schema`` (the output names of ``out_columns``); cut into
     ranges of the match value when ``split`` says so and the join allows it."""
     kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in out_columns], schema.names)
-    if split is None or not splittable(p, split, right_types):
-        return run_pair_sql(kernel, p, sides, p.nkeys, schema)
     (ldf, litems, llabels), (rdf, ritems, rlabels) = sides
+    estimate = estimated_rows([ldf])
+    if split is None or not splittable(p, split, right_types):  # placed by key: every partition if large
+        return run_pair_sql(kernel, p, sides, p.nkeys, schema,
+                            every_partition=estimate.known and estimate.rows >= SPREAD_ROWS)
     cores = settings.parallelism(ldf.sparkSession)
     known = split.ranges  # the number of ranges where known before any job: asked for, or from Spark's plan
-    estimate = estimated_rows([ldf])
     if known is None:
         if _few(estimate):
             return run_pair_sql(kernel, p, sides, p.nkeys, schema)
