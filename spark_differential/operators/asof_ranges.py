@@ -115,14 +115,10 @@ class Split:
     ranges: int | None = None
 
 
-def few_rows(df: DataFrame) -> bool:
-    """Whether Spark's plan says, without a job, that ``df`` holds at most :data:`MIN_RANGE_ROWS`
-    rows it has already (local rows, a cached table): a join of so few left rows is one range,
-    and not cutting it spares the quantiles' and the carried rows' stages."""
-    return _few(estimated_rows([df]))
-
-
-def _few(estimate: Estimate) -> bool:
+def few_rows(estimate: Estimate) -> bool:
+    """Whether Spark's plan says (``estimate``, no job) that the left side holds at most
+    :data:`MIN_RANGE_ROWS` rows it has already (local rows, a cached table): a join of so few
+    left rows is one range, and not cutting it spares the quantiles' and the carried rows' stages."""
     rows = estimate.rows if estimate.known else estimate.bound  # (a Python list's: bounded by its batches)
     return estimate.held and rows is not None and rows <= MIN_RANGE_ROWS
 
@@ -156,19 +152,16 @@ def run_static(p: kmerge.MergeAsofParams, out_columns: Sequence[tuple[str, str]]
     kernel = functools.partial(kmerge.renamed, kmerge.merge_asof, [i for i, _ in out_columns], schema.names)
     (ldf, litems, llabels), (rdf, ritems, rlabels) = sides
     estimate = estimated_rows([ldf])
-    if split is None or not splittable(p, split, right_types):  # placed by key: every partition if large
+    # the number of ranges where known before any job (asked for, or from Spark's plan); 1: not cut
+    known = split.ranges if split is not None and splittable(p, split, right_types) else 1
+    if known is None and few_rows(estimate):
+        known = 1
+    elif known is None and estimate.held and estimate.known:  # rows Spark holds and has counted (cached)
+        known = automatic_ranges(estimate.rows, settings.parallelism(ldf.sparkSession))
+    if split is None or known == 1:  # placed by key: every shuffle partition kept if large
         return run_pair_sql(kernel, p, sides, p.nkeys, schema,
                             every_partition=estimate.known and estimate.rows >= SPREAD_ROWS)
-    cores = settings.parallelism(ldf.sparkSession)
-    known = split.ranges  # the number of ranges where known before any job: asked for, or from Spark's plan
-    if known is None:
-        if _few(estimate):
-            return run_pair_sql(kernel, p, sides, p.nkeys, schema)
-        if estimate.held and estimate.known:  # rows Spark holds and has counted (a cached table)
-            known = automatic_ranges(estimate.rows, cores)
-            if known == 1:
-                return run_pair_sql(kernel, p, sides, p.nkeys, schema)
-    cut = _Cut(split, known, cores)
+    cut = _Cut(split, known, settings.parallelism(ldf.sparkSession))
     nk = p.nkeys
     rk = keys(nk + 1)[-1]
     params = dataclasses.replace(p, nkeys=nk + 1)
