@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from helpers import time_type
@@ -544,6 +545,64 @@ def test_foreach_batch_into_a_bfs_view_is_one_job_a_micro_batch(spark, tmp_path)
     e = Coll(("src", "dst"), [((s, d), t, r) for s, d, t, r in edges])
     assert_updates_equal(consolidate(got), ref_bfs(e, Coll(("node",), [((0,), 0, 1)]), Total()).updates)
     assert jobs == [1, 1, 1, 1], jobs
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_a_one_loop_view_records_its_query_once(spark, tmp_path, seed: int) -> None:
+    """A query that is one loop over an integral time is called twice in the view's life, both at
+    its first update (the probe, and the recording :mod:`~spark_differential.incremental.loop_query`
+    keeps): every later update's task computes the loop's sources from the inputs' rows.  Its
+    sources here filter, rename and compute (self-loops dropped, a computed weight kept); each
+    update resumes from the stored manifest (a fresh view object), some give one input only, some
+    deliver changes early (held back); the answer against the oracle."""
+    calls = []
+
+    def view(roots: DataFrame, edges: DataFrame) -> DataFrame:
+        calls.append(1)
+        e = edges.where(F.col("src") != F.col("dst")).select(
+            F.col("src").alias("node"), "dst", (F.col("dst") * 2 - F.col("dst")).alias("w"), "time", "diff")
+        start = roots.select("node", F.lit(0).cast("long").alias("dist"), "time", "diff")
+        return start.dd_iterate(lambda d: (d.dd_join(e, on="node")
+                                           .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"),
+                                                   "time", "diff")
+                                           .dd_concat(start).dd_min(by="node", col="dist")))
+
+    lat = Total()
+    rng = random.Random(seed)
+    edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 7, 14, 8).updates
+                                             + [((2, 2), 0, 1), ((0, 0), 1, 1)]))
+    roots = Coll(("node",), [((0,), 0, 1), ((4,), 3, 1)])
+    inputs = {"roots": roots, "edges": edges}
+    steps = schedule(rng, lat, inputs, 4, 8)
+    got = run_view(spark, str(tmp_path / "v"), view, inputs, steps, lat)
+    assert stage_of(tmp_path / "v") == 2
+    assert len(calls) == 2, len(calls)  # (the repeats of a batch id return the stored output: no call)
+    loops = Coll(("src", "dst"), [u for u in edges.updates if u[0][0] != u[0][1]])
+    want = expected(lambda c: ref_bfs(loops, c["roots"], lat), inputs, steps[-1][0], lat)
+    assert want, "the graph should give some answer"
+    assert_updates_equal(consolidate(got), want)
+
+
+def test_a_loop_query_recorded_once_refuses_what_it_cannot_keep(spark) -> None:
+    """:func:`~spark_differential.incremental.loop_query.record_loop_query` records only a query
+    that is one loop returned as it is, over the inputs alone (else the view calls its query at
+    every update, as before): each refusal says why."""
+    from spark_differential.core.lattice import Total as LTotal
+    from spark_differential.incremental.loop_query import record_loop_query
+    from spark_differential.intask.relation import Untranslatable
+
+    schemas = {"roots": spark.createDataFrame([], "node long, time long, diff long").schema,
+               "edges": spark.createDataFrame([], "src long, dst long, time long, diff long").schema}
+    other = spark.createDataFrame(pd.DataFrame({"src": [0], "dst": [5], "time": [0], "diff": [1]}))
+    lq = record_loop_query(spark, bfs_view, schemas, LTotal())
+    assert [n for n in lq.names] == ["roots", "edges"] and len(lq.sources) == len(lq.program.sources) == 2
+    assert lq.operator.op == "dd_iterate"
+    for query, why in [(near_view, "does more than return its dd_iterate's change"),
+                       (lambda roots, edges: roots, "runs no dd_iterate"),
+                       (lambda roots, edges: bfs_view(roots, edges.dd_distinct()), "calls dd_distinct outside"),
+                       (lambda roots, edges: bfs_view(roots, other), "reads a DataFrame from outside")]:
+        with pytest.raises(Untranslatable, match=why):
+            record_loop_query(spark, query, schemas, LTotal())
 
 
 def test_version_output_returns_the_past_and_holds_the_future() -> None:

@@ -62,7 +62,7 @@ traces are written apart and the traced strategy writes the query's output after
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -85,7 +85,7 @@ from spark_differential.intask import step as in_task  # read at call time (test
 from spark_differential.intask.iteration import run_loop
 from spark_differential.intask.program import Program, Stateful
 from spark_differential.intask.record import record as record_body
-from spark_differential.intask.relation import Untranslatable, leaves
+from spark_differential.intask.relation import Relation, Untranslatable, leaves
 from spark_differential.intask.sources import run_row, source_table, tag_name, tag_source
 from spark_differential.intask.step import relation_rows, run_concat, unconsolidated, user_named
 from spark_differential.kernels.common import NEW, D, conform, times
@@ -408,7 +408,8 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontier, out_tag: str, tags: Sequence[str],
          held_tags: Sequence[str], final: bool = False, local: Local | None = None,
-         checks: Sequence[Check] = (), inputs: Sequence[int] = ()) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         checks: Sequence[Check] = (), inputs: Sequence[int] = (), derived: Derived | None = None
+         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
     read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -426,7 +427,10 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
     ``checks``: rows of the table the task checks first, in order (:data:`Check`); ``frontier`` a
     :class:`~spark_differential.incremental.manifest.NextFrontier`: found from the largest time of
     the rows of the checks with ``inputs`` (the view's inputs as they came), and sent back as a
-    :func:`~spark_differential.incremental.store.front_part`."""
+    :func:`~spark_differential.incremental.store.front_part`.
+
+    ``derived`` (with ``local``): the sources are not in the table; the task computes them from
+    the rows of the view's inputs its checks read (:class:`Derived`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
@@ -435,11 +439,14 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
             return
         src = table.column(SRC)
         given = []  # the view's inputs' rows
+        tables = {} if derived is None else {t: schema.empty_table() for t, schema in derived.inputs}
         for j, cols, check in checks:
             rows = source_table(table.filter(pc.equal(src, j)), j, cols)
             check(rows, leaves(program.width), DIFF)
             if j in inputs:
                 given.append(rows)
+            if derived is not None and j in derived.tables:
+                tables[derived.tables[j]] = conform(rows, tables[derived.tables[j]].schema)
         front = frontier
         if isinstance(frontier, NextFrontier):
             front, sent = front_part(frontier, given, leaves(program.width)[0])
@@ -448,7 +455,11 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
         spec_list = specs(program)
         sources, state = [], []
         for j, c in enumerate(program.sources):
-            rows = table.filter(pc.equal(src, j))
+            if derived is not None:
+                rows = derived.source(j, tables)
+                derived.check(source_table(rows, j, c), leaves(program.width), DIFF)
+            else:
+                rows = table.filter(pc.equal(src, j))
             if local is not None:
                 own = rows.select([tag_name(j, i) for i in range(len(c))])
                 rows = concat_tables([own, read_local(local.held[j], held_tags[j], own.schema, local.cache)],
@@ -483,6 +494,28 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
 
 
 @dataclasses.dataclass(frozen=True)
+class Derived:
+    """A loop's sources computed by its task from the view's inputs (a query recorded once:
+    :mod:`spark_differential.incremental.loop_query`): source ``j``'s rows are ``relations[j]``
+    over the inputs' tables, each input's rows being those of the task's checks with the ``SRC``
+    ``tables`` maps to its table (an input given no rows: an empty table of ``inputs``' schema);
+    ``held[j]``: source ``j`` as the task's table would hold it (:func:`tag_name` columns), the
+    schema of its held-back changes.  Every source is checked as a loop's sources are (a null
+    time or diff: :class:`~spark_differential.errors.NullValueError`)."""
+
+    relations: tuple[Relation, ...]
+    tables: Mapping[int, str]
+    inputs: tuple[tuple[str, Any], ...]  # (table, pa.Schema)
+    held: tuple[Any, ...]  # pa.Schema
+    check: TaskCheck = TaskCheck("dd_iterate")
+
+    def source(self, j: int, tables: dict[str, pa.Table]) -> pa.Table:
+        """Source ``j``'s rows (:func:`tag_name` columns) over the inputs' ``tables``."""
+        rows = relation_rows(self.relations[j], tables)
+        return conform(rows.rename_columns(self.held[j].names), self.held[j])
+
+
+@dataclasses.dataclass(frozen=True)
 class Local:
     """Where a loop's task reads its stored traces and held changes itself (:func:`task`):
     the directories of each trace (by spec) and of each source's held changes, on this
@@ -500,6 +533,13 @@ Check = tuple[int, Sequence[str], TaskCheck]
 
 def _spark_schema(schema: pa.Schema) -> Any:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
+
+
+def loop_operator(program: Program, held: Sequence[T.StructType]) -> Operator:
+    """What a view stores of a loop: its traces (:func:`specs`) and each source's held-back
+    changes (``held``, as the task's table holds them), all rewritten whole by every update."""
+    schemas = [_spark_schema(sp.schema) for sp in specs(program)]
+    return Operator("dd_iterate", (*schemas, *held), (LOOP,) * (len(schemas) + len(held)))
 
 
 def record(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame],
@@ -533,6 +573,7 @@ class LoopUpdate:
     out_schema: T.StructType  # the loop's change: the user's data columns, the time leaves, diff
     local: Local | None = None  # the task reads the traces and held changes itself (not in union)
     checks: list[Check] = dataclasses.field(default_factory=list)  # of the sources tagged unchecked
+    derived: Derived | None = None  # the sources computed by the task from the view's inputs (then in checks)
 
     def written(self, run: Any, sub: str, output: tuple[str, T.StructType], union: DataFrame | None = None,
                 final: bool = False, checks: Sequence[Check] = ()) -> dict[str, str]:
@@ -550,8 +591,9 @@ class LoopUpdate:
         wide = T.StructType(fields)
         rows = self.union if union is None else union
         front = run.frontier if isinstance(run.frontier, NextFrontier) else list(run.frontier)
+        given = [j for j, _, _ in checks] + (list(self.derived.tables) if self.derived is not None else [])
         fn = task(self.program, self.cs.ttype, front, self.out_tag, self.tags, self.held_tags,
-                  final=final, local=self.local, checks=[*checks, *self.checks], inputs=[j for j, _, _ in checks])
+                  final=final, local=self.local, checks=[*checks, *self.checks], inputs=given, derived=self.derived)
         files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []
@@ -606,7 +648,6 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
             run.blockers.append(f"dd_iterate ({why})")
             return spark.createDataFrame([], user)
     spec_list = specs(program)
-    schemas = [_spark_schema(sp.schema) for sp in spec_list]
     n = len(sources)
     # the view's inputs came unchecked (traced.Run.checks): the task checks them, and the sources (dd_iterate's)
     unchecked = run.defer_loop and run.deferred is None and run.checks is not None
@@ -615,7 +656,8 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     # each source's changes held back (at times in the future of the frontier: loop_update), as the task reads them
     held_schemas = [T.StructType([f for f in p.schema.fields if f.name != SRC]) for p in parts]
     slot = len(run.operators)
-    me = Operator("dd_iterate", (*schemas, *held_schemas), (LOOP,) * (len(schemas) + n))
+    me = loop_operator(program, held_schemas)
+    schemas = list(me.inputs[:len(spec_list)])
     run.operators.append(me)
     if run.probe:
         return spark.createDataFrame([], user)

@@ -78,7 +78,7 @@ log = logging.getLogger("spark_differential.incremental")
 
 OP = "sd.incremental"  # what null checks of the task's inputs name
 RECORDED_KEPT = 16  # queries whose recording :func:`recorded` keeps (the least recently used go first)
-_recorded: OrderedDict[tuple[Any, ...], tuple[QueryProgram, DataFrame] | Untranslatable] = OrderedDict()
+_recorded: OrderedDict[tuple[Any, ...], Any] = OrderedDict()  # recorded's answers (or Untranslatable)
 
 
 @dataclass(frozen=True)
@@ -461,21 +461,21 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
 
 
 def recorded(spark: Any, query: Callable[..., DataFrame], schemas: Mapping[str, T.StructType], ttype: TimeType,
-             large: bool) -> tuple[QueryProgram, DataFrame]:
-    """:func:`~spark_differential.intask.query.record_query`'s answer (or its
-    :class:`~spark_differential.intask.relation.Untranslatable`), recorded at the first update
-    of a query over these input schemas and time type in this session and kept for the next
-    ones (up to :data:`RECORDED_KEPT` queries): recording calls the query on placeholders,
-    about 60 py4j round trips, a sixth of a small update's time.  A view's query is a function
-    of its inputs (the one-task path refuses any other DataFrame in it), so its program does
-    not change from one update to the next; the session's settings the recording reads
-    (``large``: :func:`~spark_differential.core.settings.large_var_types`, and ANSI mode) are
-    part of the key."""
-    key = (spark, query, tuple((n, s.json()) for n, s in schemas.items()), ttype, large, settings.ansi(spark))
+             large: bool, how: Callable[..., Any] = record_query) -> Any:
+    """``how(spark, query, schemas, ttype)``'s answer (or its
+    :class:`~spark_differential.intask.relation.Untranslatable`; by default
+    :func:`~spark_differential.intask.query.record_query`'s), recorded at the first update of a
+    query over these input schemas and time type in this session and kept for the next ones (up
+    to :data:`RECORDED_KEPT` queries): recording calls the query on placeholders, about 60 py4j
+    round trips, a sixth of a small update's time.  A view's query is a function of its inputs
+    (the one-task path refuses any other DataFrame in it), so its program does not change from
+    one update to the next; the session's settings the recording reads (``large``:
+    :func:`~spark_differential.core.settings.large_var_types`, and ANSI mode) are part of the key."""
+    key = (spark, query, how, tuple((n, s.json()) for n, s in schemas.items()), ttype, large, settings.ansi(spark))
     got = _recorded.get(key)
     if got is None:
         try:
-            got = record_query(spark, query, schemas, ttype)
+            got = how(spark, query, schemas, ttype)
         except Untranslatable as e:
             got = e
         _recorded[key] = got

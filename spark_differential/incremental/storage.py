@@ -46,6 +46,13 @@ class Operator:
         return cls(str(m["op"]), tuple(T.StructType.fromJson(s) for s in m["inputs"]),
                    tuple(str(x) for x in m.get("sides", [])))
 
+    def same(self, other: Operator) -> bool:
+        """Whether ``other`` stores what this operator stores: the same operator, traces of the same
+        columns and types (nullability aside), each holding the same kind of rows."""
+        return (self.op == other.op
+                and [s.simpleString() for s in self.inputs] == [s.simpleString() for s in other.inputs]
+                and [self.side(j) for j in range(len(self.inputs))] == [other.side(j) for j in range(len(other.inputs))])
+
     def describe(self) -> str:
         cols = " / ".join(", ".join(f.name for f in s.fields if f.name not in (BUCKET, KEY_HASH)) for s in self.inputs)
         return f"{self.op}({cols})"

@@ -75,7 +75,7 @@ from spark_differential.core.collection import integral_sql
 from spark_differential.core.history import collecting
 from spark_differential.core.lattice import Leaves, Loop, TimeType
 from spark_differential.core.names import BUCKET, KEY_HASH
-from spark_differential.core.settings import buckets, shuffle_partitions
+from spark_differential.core.settings import buckets, large_var_types, shuffle_partitions
 from spark_differential.engine import call as seam
 from spark_differential.engine.call import Below, Handler, LoopCall, StatefulCall
 from spark_differential.engine.distributed import run_bucketed
@@ -87,9 +87,11 @@ from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import Guarded, check_output, data_fields, resolved
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop import loop_in_view, write_version
+from spark_differential.incremental.loop_query import prepared, record_loop_query
 from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, LOOP, ROWS, TOTALS, Operator, part, physical, tag, tagged
 from spark_differential.incremental.store import Store
+from spark_differential.intask.relation import Untranslatable
 from spark_differential.intask.sources import estimated_rows
 from spark_differential.kernels import reduce as kreduce
 from spark_differential.kernels import totals as ktotals
@@ -320,8 +322,7 @@ class Run(Handler):
                 "same from update to update. Rebuild the view at a new path by replaying its inputs."
             )
         want = self.expected[slot]
-        if (want.op != me.op or [s.simpleString() for s in want.inputs] != [s.simpleString() for s in me.inputs]
-                or [want.side(j) for j in range(len(want.inputs))] != [me.side(j) for j in range(len(me.inputs))]):
+        if not want.same(me):
             raise IncrementalStateError(
                 f"sd.incremental: the query's stateful operator #{slot + 1} is {me.describe()} but the view stored "
                 f"under {self.where} was built with {want.describe()}; the query must stay the same from update to "
@@ -399,8 +400,8 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     old_traces = dict(state.trace_files) if state is not None else {}
     cache = store.arrow_cache()
 
-    def called(defer: bool) -> tuple[Run, DataFrame]:
-        run = Run(
+    def new_run(defer: bool) -> Run:
+        return Run(
             spark, ttype, bucketing[0], bucketing[1],
             expected=operators,
             traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
@@ -408,6 +409,9 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide, cache),
             local_dirs=store.local_dirs, cache=cache, defer_loop=defer,
         )
+
+    def called(defer: bool) -> tuple[Run, DataFrame]:
+        run = new_run(defer)
         # the loop's task checks the inputs' rows as they came (a projection each less to analyse), where it can
         given = {n: up.incoming.task_check(n) for n in up.incoming} if defer and isinstance(up.incoming, Guarded) else {}
         if given and all(c is not None for c in given.values()):
@@ -434,6 +438,21 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
         written = onetask.write(store, query, policy, up, operators)
         if written is not None:
             return written, []
+    # recorded once, its task computing the loop's sources from the inputs as given (no call of the query)
+    if one_loop and store.files.local_root() is not None and isinstance(up.incoming, Guarded):
+        given = {n: up.incoming.task_check(n) for n in up.incoming}
+        lq = None
+        if all(c is not None for c in given.values()):
+            try:
+                lq = onetask.recorded(spark, query, up.schemas, ttype, large_var_types(spark), how=record_loop_query)
+            except Untranslatable:
+                pass  # (the query is called as below, which says why where it must)
+        if lq is not None and lq.operator.same(operators[0]):
+            run = new_run(True)
+            prepared(run, lq, {n: (up.incoming.raw[n], c) for n, c in given.items()})  # type: ignore[attr-defined]
+            written = _loop_version(store, up, run)
+            front = store.found_front(new_front) if isinstance(new_front, NextFrontier) else list(new_front)
+            return dataclasses.replace(written, frontier=front), []
     # the loop's one task may find it (its inputs as given; it writes the version itself: this machine's files)
     if isinstance(new_front, NextFrontier) and one_loop and store.files.local_root() is not None:
         run, result = called(True)
