@@ -605,6 +605,30 @@ def test_a_loop_query_recorded_once_refuses_what_it_cannot_keep(spark) -> None:
             record_loop_query(spark, query, schemas, LTotal())
 
 
+@pytest.mark.parametrize("keys", [[3, 1, 2, 1, 3, 2], ["c", "a", "b", "a", "c", "b"]])
+def test_stored_rows_as_of_an_iteration(keys: list) -> None:
+    """A view loop's stored rows of one step input (``_Stored``, no Spark): the rows of ``O_i``
+    whose key some new row has are the stored rows of those keys whose iteration is at most
+    ``i``, in the kernel's columns (``_new`` false), whether the keys sort into one int64
+    (binary search) or not (strings: a join)."""
+    from spark_differential.incremental.loop import IT, _Stored
+
+    key_type = pa.int64() if isinstance(keys[0], int) else pa.string()
+    schema = pa.schema([("_k0", key_type), ("_t0", pa.int64()), ("_d", pa.int64()), ("_new", pa.bool_())])
+    rows = pa.table({"_k0": pa.array(keys, key_type), "_t0": [0, 1, 2, 3, 4, 5], "_d": [1, -1, 1, 2, 1, 1],
+                     IT: [0, 2, 1, 0, 3, 2]})
+    stored = _Stored(rows, ("_k0",), schema)
+    assert (stored.sorted is not None) == (key_type == pa.int64())
+    new = [pa.table({"_k0": pa.array([keys[1], keys[0], keys[1]], key_type)})]
+    for i, want in [(0, {(keys[0], 0, 1), (keys[1], 3, 2)}), (2, {(keys[0], 0, 1), (keys[1], 3, 2), (keys[1], 1, -1)}),
+                    (3, {(keys[0], 0, 1), (keys[1], 3, 2), (keys[1], 1, -1), (keys[0], 4, 1)})]:
+        got = stored.touching(*_Stored.keys(new, ("_k0",)), i)
+        assert got.schema == schema
+        assert {(r["_k0"], r["_t0"], r["_d"]) for r in got.to_pylist()} == want, i
+        assert not any(got.column("_new").to_pylist())
+    assert stored.touching(*_Stored.keys([pa.table({"_k0": pa.array([], key_type)})], ("_k0",)), 3).num_rows == 0
+
+
 def test_version_output_returns_the_past_and_holds_the_future() -> None:
     """``version_output`` (no Spark): a loop's change and the output held back before,
     consolidated together, split at the new frontier."""

@@ -88,9 +88,10 @@ from spark_differential.intask.record import record as record_body
 from spark_differential.intask.relation import Relation, Untranslatable, leaves
 from spark_differential.intask.sources import run_row, source_table, tag_name, tag_source
 from spark_differential.intask.step import relation_rows, run_concat, unconsolidated, user_named
+from spark_differential.kernels import native
 from spark_differential.kernels.common import NEW, D, conform, times
 from spark_differential.loop.iterate import check_body_output, new_loop_time, rule_checked
-from spark_differential.trace.arrow import ArrowTrace, concat_tables, consolidated
+from spark_differential.trace.arrow import concat_tables, consolidated
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -192,8 +193,10 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
         mask = _early(src, ttype, frontier, program.width)
         held.append(src.filter(pa.array(mask)))
         due.append(src.filter(pa.array(~mask)) if mask.any() else src)
-    stored = {(sp.step, sp.input): _by_iteration(conform(t, sp.schema)) for sp, t in zip(spec_list, state)}
-    last = max((i for batches in stored.values() for i in batches), default=-1)  # the old loop's last iteration
+    tables = {(sp.step, sp.input): conform(t, sp.schema) for sp, t in zip(spec_list, state)}
+    stored = {(sp.step, sp.input): _by_iteration(tables[(sp.step, sp.input)]) for sp in spec_list if sp.held}
+    # the old loop's last iteration
+    last = max((pc.max(t.column(IT)).as_py() for t in tables.values() if t.num_rows), default=-1)
     # the new state's rows, for every input of every stateful step (and its held-back output)
     pieces: dict[tuple[int, int], list[pa.Table]] = {(sp.step, sp.input): [] for sp in spec_list}
     holding = _Held(ttype, frontier, program.width, {sp.step: (sp.step, sp.input) for sp in spec_list if sp.held},
@@ -201,7 +204,8 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     if last == -1:
         dv = _first(program, steps, due, pieces, holding)
     else:
-        dv = _resumed(program, steps, due, stored, last, pieces, holding)
+        dv = _resumed(program, steps, due, {sp_key: t for sp_key, t in tables.items() if sp_key not in stored}, last,
+                      pieces, holding)
     new_state = []
     for sp in spec_list:
         parts = pieces[(sp.step, sp.input)]
@@ -329,34 +333,66 @@ def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
     return conform(consolidated(result, program.roots.names[:-1]), program.roots)
 
 
-def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
-             stored: dict[tuple[int, int], dict[int, pa.Table]], last: int,
-             pieces: dict[tuple[int, int], list[pa.Table]], holding: _Held) -> pa.Table:
-    """A loop's update against a stored state (``stored``: each step input's rows by iteration,
-    ``last`` its last iteration), as the module docstring says: each iteration's steps over the
-    accumulated changes ``D_i`` and the stored rows of the keys they touch, the new state's rows
-    put in ``pieces``.  Returns the change of the loop's fixed point."""
+class _Stored:
+    """One step input's stored rows of every iteration (its trace's kernel columns and
+    :data:`IT`), sorted by key once an update (where the key columns allow,
+    :meth:`~spark_differential.kernels.native.KeySorted.by_key`): the rows of ``O_i``, the
+    input's accumulated value at iteration ``i``, whose keys some new rows have, are found by
+    binary search and kept where their iteration is at most ``i``."""
+
+    def __init__(self, rows: pa.Table, key: tuple[str, ...], schema: pa.Schema) -> None:
+        self.key, self.schema = key, schema
+        self.sorted = native.KeySorted.by_key(rows, key)
+        self.rows = rows if self.sorted is None else self.sorted.table
+
+    @staticmethod
+    def keys(new: Sequence[pa.Table], key: tuple[str, ...]) -> tuple[pa.Table, list[Any] | None]:
+        """The keys of the rows ``new`` (of a step whose inputs all have the key columns ``key``),
+        and the distinct ones as :func:`~spark_differential.kernels.native.distinct_keys` gives them
+        (``None``: not integers), for :meth:`touching` of every input of the step."""
+        keys = pa.concat_tables([t.select(list(key)) for t in new])
+        return keys, native.distinct_keys(keys, key) if key else None
+
+    def touching(self, keys: pa.Table, distinct: list[Any] | None, i: int) -> pa.Table:
+        """The rows of ``O_i`` (``_new`` false, the kernel's columns) of the keys ``keys`` (every row:
+        no key; ``distinct``: as :meth:`keys` gives them)."""
+        if keys.num_rows == 0 or self.rows.num_rows == 0:
+            return self.schema.empty_table()
+        rows = self.rows
+        if self.key:
+            rows = (self.sorted.touching_distinct(distinct) if self.sorted is not None and distinct is not None
+                    else native.touching(rows, keys, self.key))
+        its = rows.column(IT).to_numpy(zero_copy_only=False)
+        if rows.num_rows and its.max() > i:
+            rows = rows.filter(pa.array(its <= i))
+        rows = rows.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(rows.num_rows, dtype=bool)))
+        return conform(rows, self.schema)
+
+
+def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table], stored: dict[tuple[int, int], pa.Table],
+             last: int, pieces: dict[tuple[int, int], list[pa.Table]], holding: _Held) -> pa.Table:
+    """A loop's update against a stored state (``stored``: each step input's rows, :data:`IT`
+    their iteration; ``last`` the last iteration), as the module docstring says: each iteration's
+    steps over the accumulated changes ``D_i`` and the stored rows of the keys they touch, the new
+    state's rows put in ``pieces`` (every stored row among them: every stored iteration is run).
+    Returns the change of the loop's fixed point."""
 
     width = program.width
     cols = [*program.data, *leaves(width), DIFF]
-    traces: dict[tuple[int, int], ArrowTrace] = {}
+    traces: dict[tuple[int, int], _Stored] = {}
     outer: dict[tuple[int, int], pa.Table] = {}  # an outer collection's change, entering at every iteration
     for s, step in enumerate(steps):
         if isinstance(step, Stateful):
             for k, inp in enumerate(step.inputs):
-                traces[(s, k)] = ArrowTrace(inp.schema, step.key_cols)
+                traces[(s, k)] = _Stored(stored[(s, k)], step.key_cols, inp.schema)
+                if stored[(s, k)].num_rows:
+                    pieces[(s, k)].append(stored[(s, k)])
                 if inp.relation is None:
                     outer[(s, k)] = in_task.kernel_input(sources[inp.source], inp, True, width)  # type: ignore[index]
     before: dict[tuple[int, int], pa.Table | None] = dict.fromkeys(traces)  # D_{i-1}
     dv = conform(consolidated(conform(sources[0], program.roots), cols[:-1]), program.roots)
     i = 0
     while True:
-        for key, trace in traces.items():
-            old = stored[key].get(i)
-            if old is not None:
-                pieces[key].append(_piece(old, i))
-                inp = steps[key[0]].inputs[key[1]]
-                trace.add(conform(old.append_column(NEW, pa.array(np.zeros(old.num_rows, dtype=bool))), inp.schema))
         tables = {"v": dv}
         for s, step in enumerate(steps):
             if not isinstance(step, Stateful):
@@ -379,7 +415,8 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
             if not present:
                 out = step.out_schema.empty_table()
             else:
-                sides = [concat_tables([traces[(s, k)].touching(present), new], inp.schema)
+                keys, distinct = _Stored.keys(present, step.key_cols)
+                sides = [concat_tables([traces[(s, k)].touching(keys, distinct, i), new], inp.schema)
                          for k, (inp, new) in enumerate(zip(step.inputs, news))]
                 out = conform(step.kernel(step.params, *sides), step.out_schema)
             tables[step.name] = holding.resumed(s, i, user_named(step, out))

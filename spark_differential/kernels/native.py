@@ -263,6 +263,33 @@ class KeySorted:
     codes: np.ndarray
     _values: dict = field(default_factory=dict, compare=False, repr=False)  # column name -> int64 values
 
+    @staticmethod
+    def by_key(table: pa.Table, key: Sequence[str]) -> KeySorted | None:
+        """A consolidated ``table`` sorted by ``key`` alone (a stable sort of the key codes: rows
+        of one key stay in table order), or ``None`` when a key column is not integers (or
+        booleans) without nulls, or the key columns do not pack into one int64.
+
+        >>> import pyarrow as pa
+        >>> ks = KeySorted.by_key(pa.table({"k": [2, 1, 2, 1], "v": [1, 2, 3, 4], "_d": [1, 1, 1, 1]}), ["k"])
+        >>> ks.table.column("v").to_pylist(), ks.codes.tolist()
+        ([2, 4, 1, 3], [0, 0, 1, 1])
+        >>> ks.touching(pa.table({"k": [2, 7]})).column("v").to_pylist()
+        [1, 3]
+        >>> KeySorted.by_key(pa.table({"k": ["a"], "_d": [1]}), ["k"]) is None
+        True
+        """
+        import numpy as np
+
+        values = [int_values(table.column(c)) for c in key]
+        if not key or table.num_rows == 0 or any(v is None for v in values):
+            return None
+        radix = Radix.of(values)  # type: ignore[arg-type]
+        if radix is None:
+            return None
+        codes, _ = radix.codes(values)  # type: ignore[arg-type]
+        order = np.argsort(codes, kind="stable")
+        return KeySorted(table.take(pa.array(order)), tuple(key), radix, codes[order])
+
     def values(self, column: str) -> np.ndarray | None:
         """The int64 values of one integer column without nulls (kept for later calls), else ``None``."""
         if column not in self._values:
