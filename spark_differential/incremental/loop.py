@@ -400,10 +400,13 @@ def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table], st
                 continue
             news = []
             for k, inp in enumerate(step.inputs):
-                if inp.relation is None:
+                if inp.relation is None:  # D_i = D_{i-1} past iteration 0: B'_i = B_i
                     new = outer[(s, k)]
-                else:
-                    new = in_task.kernel_input(relation_rows(inp.relation, tables), inp, True, width)
+                    news.append(new)
+                    if i == 0 and new.num_rows:
+                        pieces[(s, k)].append(_piece(new, i))
+                    continue
+                new = in_task.kernel_input(relation_rows(inp.relation, tables), inp, True, width)
                 news.append(new)
                 if new.num_rows:
                     pieces[(s, k)].append(_piece(new, i))
