@@ -81,15 +81,44 @@ def changes(log: list[str]) -> list[int]:
     return [int(m.group(1)) for line in log if (m := re.search(r"iteration \d+: (\d+) changes", line))]
 
 
-def run_jobs(master: str, plain: str = "", faults: str = "", timeout: int = 1200) -> dict[str, Any]:
+# the separate processes of tests/session_jobs.py this module runs: (master, jobs run plainly, jobs run with faults)
+RUNS = {
+    "test_retried_tasks_give_the_rows_of_runs_without_failures": (
+        "local[2,3]", "join_count,reduce,bfs_in_task",
+        "join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys,view_join_count"),
+    "test_join_count_on_local_cluster_also_with_retried_tasks": (
+        "local-cluster[2,1,1024]", "join_count,join_count_by_operator,bfs,bfs_sliced,bfs_keys,view_join_count",
+        "join_count,join_count_by_operator"),
+}
+_started: dict[str, subprocess.Popen] = {}
+
+
+def _start(test: str) -> None:
+    master, plain, faults = RUNS[test]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("SD_TEST_SESSION", None)
-    proc = subprocess.run(
+    _started[test] = subprocess.Popen(
         [sys.executable, "tests/session_jobs.py", "--master", master, "--plain", plain, "--faults", faults],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def session_run(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The result of this test's run of ``tests/session_jobs.py`` (:data:`RUNS`).  The first such
+    test starts every selected one's process, so they run side by side (each its own Spark,
+    the test process waiting): about a minute less than one after the other."""
+    selected = {item.name for item in request.session.items}
+    for test in RUNS:
+        if test in selected and test not in _started:
+            _start(test)
+    proc = _started[request.node.name]
+    try:
+        out, err = proc.communicate(timeout=1200)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
 
 
@@ -112,11 +141,9 @@ def test_same_rows_with_adaptive_execution_on_and_off(spark, job):
         assert changes(got["true"]["log"]) == changes(got["false"]["log"]) != []
 
 
-def test_retried_tasks_give_the_rows_of_runs_without_failures():
+def test_retried_tasks_give_the_rows_of_runs_without_failures(session_run):
     """``local[2,3]``: a task may fail twice.  Every task of each faulty run fails once."""
-    out = run_jobs("local[2,3]", plain="join_count,reduce,bfs_in_task",
-                   faults="join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys,"
-                   "view_join_count")
+    out = session_run
     for job, runs in out.items():
         want = expected(job)
         for run, result in runs.items():
@@ -172,11 +199,10 @@ def test_the_fault_switch_reaches_the_gather_step(spark):
 
 
 @pytest.mark.cluster
-def test_join_count_on_local_cluster_also_with_retried_tasks():
+def test_join_count_on_local_cluster_also_with_retried_tasks(session_run):
     """Executors in their own JVMs and Python workers: no state on the driver; the
     test-only fault setting travels with the kernels' closures to the executors."""
-    out = run_jobs("local-cluster[2,1,1024]", plain="join_count,join_count_by_operator,bfs,bfs_sliced,bfs_keys,"
-                   "view_join_count", faults="join_count,join_count_by_operator")
+    out = session_run
     for job, fused in (("join_count", True), ("join_count_by_operator", False)):
         runs = out[job]
         assert_updates_equal(updates(runs["plain"]), expected(job).updates)
