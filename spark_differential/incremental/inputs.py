@@ -350,6 +350,14 @@ class Guarded(Mapping[str, DataFrame]):
             return None
         return TaskCheck.of(self.op, name, self.ttype, self.front)
 
+    def task_checks(self) -> dict[str, tuple[DataFrame, TaskCheck]] | None:
+        """Every given input as given (``raw``) with the checks a task reading it makes
+        (:meth:`task_check`); ``None`` when some input cannot be checked that way."""
+        checks = {n: self.task_check(n) for n in self.raw}
+        if any(c is None for c in checks.values()):
+            return None
+        return {n: (self.raw[n], c) for n, c in checks.items()}  # type: ignore[misc]
+
     def __contains__(self, name: object) -> bool:  # (Mapping's would build the input)
         return name in self.raw
 

@@ -413,9 +413,9 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     def called(defer: bool) -> tuple[Run, DataFrame]:
         run = new_run(defer)
         # the loop's task checks the inputs' rows as they came (a projection each less to analyse), where it can
-        given = {n: up.incoming.task_check(n) for n in up.incoming} if defer and isinstance(up.incoming, Guarded) else {}
-        if given and all(c is not None for c in given.values()):
-            run.checks = [(up.incoming.raw[n], c) for n, c in given.items()]  # type: ignore[attr-defined]
+        given = up.incoming.task_checks() if defer and isinstance(up.incoming, Guarded) else None
+        if given:
+            run.checks = list(given.values())
         # (an input the update does not name: no changes; made here, as the one-task path needs none)
         changes = {n: (up.incoming.raw[n] if run.checks is not None else up.incoming[n])  # type: ignore[attr-defined]
                    if n in up.incoming else store.read([], up.schemas[n], n) for n in up.schemas}
@@ -440,16 +440,16 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             return written, []
     # recorded once, its task computing the loop's sources from the inputs as given (no call of the query)
     if one_loop and store.files.local_root() is not None and isinstance(up.incoming, Guarded):
-        given = {n: up.incoming.task_check(n) for n in up.incoming}
+        given = up.incoming.task_checks()
         lq = None
-        if all(c is not None for c in given.values()):
+        if given is not None:
             try:
                 lq = onetask.recorded(spark, query, up.schemas, ttype, large_var_types(spark), how=record_loop_query)
             except Untranslatable:
                 pass  # (the query is called as below, which says why where it must)
-        if lq is not None and lq.operator.same(operators[0]):
+        if lq is not None and given is not None and lq.operator.same(operators[0]):
             run = new_run(True)
-            prepared(run, lq, {n: (up.incoming.raw[n], c) for n, c in given.items()})  # type: ignore[attr-defined]
+            prepared(run, lq, given)
             written = _loop_version(store, up, run)
             front = store.found_front(new_front) if isinstance(new_front, NextFrontier) else list(new_front)
             return dataclasses.replace(written, frontier=front), []
