@@ -191,35 +191,44 @@ def test_arrow_filter_and_union() -> None:
 @settings(max_examples=60, deadline=None)
 @given(tables(), st.booleans())
 def test_consolidated_through_duckdb_or_a_sort_equals_arrow(table: pa.Table, sort: bool) -> None:
-    """Every table "large": integer columns sorted by their packed codes (``sort``), or DuckDB."""
+    """Integer columns sorted by their packed codes (``sort``) or every table "large" and not
+    packed (DuckDB), against Arrow's hash grouping."""
     cols = [c for c in table.column_names if c != "_d"]
-    arrow = native.consolidated(table, cols)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(native, "ARROW_GROUP_ROWS", -1)
-        if not sort:
-            m.setattr(native, "key_sorted", lambda *a, **k: None)
+        m.setattr(native, "_packed_sums", lambda *a, **k: None)
+        arrow = native.consolidated(table, cols)
+        if sort:
+            m.undo()
+        else:
+            m.setattr(native, "ARROW_GROUP_ROWS", -1)
         large = native.consolidated(table, cols)
     assert large.column_names == arrow.column_names
     assert large.schema.field("_d").type == pa.int64()
     assert rows(large) == rows(arrow)
 
 
-def test_large_integer_tables_consolidate_by_sort_as_sql() -> None:
-    """A table above ``ARROW_GROUP_ROWS`` of integer and boolean columns without nulls goes
-    through the sort of packed codes: the same rows and column types as SQL's grouping."""
+@pytest.mark.parametrize("n", [40, native.ARROW_GROUP_ROWS + 10_000])
+def test_integer_tables_consolidate_by_sort_as_sql(n: int) -> None:
+    """A table of integer and boolean columns without nulls goes through the sort of packed
+    codes, small or above ``ARROW_GROUP_ROWS``: the same rows and column types as SQL's
+    grouping.  A null, a string column or a ``diff`` that might overflow does not."""
     import numpy as np
 
     rng = np.random.default_rng(7)
-    n = native.ARROW_GROUP_ROWS + 10_000
     table = pa.table({"k": pa.array(rng.integers(-50, 50, n), pa.int32()), "b": rng.integers(0, 2, n).astype(bool),
                       "t": rng.integers(0, 1_000, n), "_d": rng.choice([-1, 1, 2], n)})
     cols = ["k", "b", "t"]
-    calls: list[int] = []
-    key_sorted = native.key_sorted
+    calls: list[bool] = []
+    packed = native._packed_sums
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(native, "key_sorted", lambda t, *a, **k: calls.append(t.num_rows) or key_sorted(t, *a, **k))
+        m.setattr(native, "_packed_sums", lambda *a: calls.append(packed(*a) is not None) or packed(*a))
         got = native.consolidated(table, cols)
-    assert calls == [n]
+        for other in (table.set_column(0, "k", pa.array([None, *range(n - 1)], pa.int32())),
+                      table.set_column(0, "k", pa.array([str(x) for x in range(n)])),
+                      table.set_column(3, "_d", pa.array([2**61, *[1] * (n - 1)], pa.int64()))):
+            want = duck_consolidated(other, cols)
+            assert rows(native.consolidated(other, cols)) == rows(want)
+    assert calls == [True, False, False, False]
     want = duck_consolidated(table, cols)
     assert got.schema == want.schema.remove_metadata()
     assert rows(got) == rows(want)

@@ -62,14 +62,13 @@ def key_eq(cols: Sequence[str], left: str, right: str) -> str:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Select and cast ``table``'s columns to exactly ``schema`` (what Spark expects back)."""
-    if table.schema.equals(schema, check_metadata=True):  # (names, order, types, nullability, metadata: as asked)
+    have = table.schema
+    if have.equals(schema, check_metadata=True):  # (names, order, types, nullability, metadata: as asked)
         return table
-    arrays = []
-    for field in schema:
-        col = table.column(field.name)
-        if col.type != field.type:
-            col = col.cast(field.type)
-        arrays.append(col)
+    if have.names == schema.names:  # (the common case: the columns as asked, some nullability or type not)
+        arrays = [c if c.type == f.type else c.cast(f.type) for c, f in zip(table.columns, schema)]
+    else:
+        arrays = [c if c.type == f.type else c.cast(f.type) for c, f in ((table.column(f.name), f) for f in schema)]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -57,7 +57,10 @@ class JoinParams:
 
 
 def _with_new(table: pa.Table, new: bool) -> pa.Table:
-    return table.filter(pc.equal(table.column(NEW), pa.scalar(new)))
+    """The rows whose ``_new`` flag is ``new`` (the flag itself as the filter: a third of
+    ``pc.equal``'s cost on a few hundred rows)."""
+    flag = table.column(NEW)
+    return table.filter(flag if new else pc.invert(flag))
 
 
 def consolidated(parts: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:

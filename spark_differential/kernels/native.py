@@ -9,10 +9,11 @@ iteration, where a DuckDB query's fixed cost (registering its inputs, planning)
 is a few milliseconds and Arrow's hash grouping and ``is_in`` take a fraction of
 that.
 
-Arrow groups tables of up to :data:`ARROW_GROUP_ROWS` rows (larger ones of integer
-columns are sorted by :func:`key_sorted`'s packed codes, others go to DuckDB, faster than
-Arrow there), and only where it gives exactly what the SQL gives: grouping columns of
-integer, boolean, string, binary, date and timestamp types (floating point keys
+Columns of integers (or booleans) without nulls that pack into one int64 are consolidated
+by one sort of the packed codes at any size (:func:`packed_codes`, faster than a hash
+grouping).  Arrow groups other tables of up to :data:`ARROW_GROUP_ROWS` rows (larger
+ones go to DuckDB, faster than Arrow there), and only where it gives exactly what the
+SQL gives: grouping columns of integer, boolean, string, binary, date and timestamp types (floating point keys
 group ``NaN`` and ``-0.0`` as Spark does only in SQL), sums that cannot overflow
 (checked from the largest ``|diff|``; DuckDB's ``::BIGINT`` would raise), and key
 columns without nulls for the semi-join (SQL's ``IS NOT DISTINCT FROM`` matches a
@@ -37,7 +38,7 @@ from spark_differential.kernels.stab import sort_packed
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
-orders = lazy("spark_differential.kernels.order")  # imports numba: loaded by the first key_sorted
+orders = lazy("spark_differential.kernels.order")  # imports numba: loaded by the first packed consolidation
 
 _SAFE_SUM = 1 << 62
 # Above this many rows DuckDB's single-threaded grouping beats Arrow's (measured on
@@ -85,6 +86,10 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.T
     cols = list(cols)
     if table.num_rows == 0:
         return table.select([*cols, diff])
+    if cols:
+        packed = _packed_sums(table, cols, diff)
+        if packed is not None:
+            return packed
     if in_arrow(table, cols, diff):
         d = table.column(diff).cast(pa.int64())
         if not cols:
@@ -93,16 +98,31 @@ def consolidated(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> pa.T
         grouped = table.select(cols).append_column(diff, d).group_by(cols, use_threads=False).aggregate([(diff, "sum")])
         grouped = grouped.filter(pc.not_equal(grouped.column(f"{diff}_sum"), 0))
         return grouped.rename_columns([*cols, diff])
-    if cols:
-        # integer (or boolean) columns without nulls that pack into one int64: one sort of the
-        # packed codes (:func:`key_sorted`), 767,000 rows of three columns in 48-66 against 75-84 ms
-        kept = key_sorted(table.select([*cols, diff]), [], diff=diff)
-        if kept is not None:
-            return kept.table
     q = duck.quote(diff)
     select = f"{duck.cols(cols)}, " if cols else ""
     group = "GROUP BY ALL " if cols else ""
     return duck.query(f"SELECT {select}sum({q})::BIGINT AS {q} FROM $X {group}HAVING sum({q}) <> 0", {"X": table})
+
+
+def _packed_sums(table: pa.Table, cols: Sequence[str], diff: str) -> pa.Table | None:
+    """:func:`consolidated` of integer (or boolean) columns without nulls that pack into one
+    int64 (:func:`packed_codes`): one sort of the codes and one pass summing each run, in
+    code order; ``None`` for other columns or sums that might overflow.  Faster than Arrow's
+    hash grouping at every size (four int64 columns, on this project's 2-core machine: 0.21
+    against 0.31 ms at 50 rows, 0.61 against 2.2 ms at 20,000, 1.7 against 8.2 ms at
+    50,000) and than DuckDB's above that."""
+    d = int_values(table.column(diff))
+    if d is None or not can_sum(table, diff):
+        return None
+    packing = packed_codes(table, cols)
+    if packing is None:
+        return None
+    code, _, _, arrays = packing
+    order, code = sort_packed(code, overwrite=True)
+    rows, _, sums = orders.sorted_sums(code, order, d)
+    fields = [table.schema.field(c) for c in cols]  # (as the input's: nullability too, as Arrow's grouping keeps it)
+    return pa.Table.from_arrays([*[pa.array(arrays[f.name][rows], type=f.type) for f in fields], pa.array(sums, pa.int64())],
+                                schema=pa.schema([*fields, pa.field(diff, pa.int64())]))
 
 
 def _packed(table: pa.Table, keys: pa.Table, cols: Sequence[str]) -> tuple[pa.Array, pa.Array] | None:
