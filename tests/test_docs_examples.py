@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 
+import background
 import pytest
 from helpers import rows_of
 
 import spark_differential  # noqa: F401
+
+# one process runs this module's tests (``background`` starts their separate processes together)
+pytestmark = pytest.mark.xdist_group("docs_examples")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,27 +39,34 @@ def test_readme_example_runs_and_matches_its_description(spark, capsys):
 
 
 def _run(args: list[str], timeout: int = 900) -> str:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([background.PYTHON, *args], cwd=ROOT, env=background.env(), capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
+background.register(__name__, "test_bfs_example_on_local_cluster", lambda: _run([
+    "examples/bfs.py", "--nodes", "12", "--edges", "24", "--changes", "12", "--check", "6",
+    "--master", "local-cluster[2,1,1024]", "--partitions", "4", "--local-rows", "1000000",
+]), seconds=26)
+background.register(__name__, "test_reachability_example", lambda: _run([
+    "examples/reachability.py", "--nodes", "20", "--edges", "40", "--roots", "3", "--changes", "20",
+    "--check", "8", "--master", "local[2]",
+]), seconds=15)
+
+
 @pytest.mark.cluster
-def test_bfs_example_on_local_cluster():
+def test_bfs_example_on_local_cluster(request):
     """Two executor JVMs with their own Python workers: no state may live on the driver.  The
     example's loop runs inside one task; the distributed loop, iteration by iteration, runs on
-    local-cluster in ``test_sessions.py::test_join_count_on_local_cluster_also_with_retried_tasks``."""
-    out = _run([
-        "examples/bfs.py", "--nodes", "12", "--edges", "24", "--changes", "12", "--check", "6",
-        "--master", "local-cluster[2,1,1024]", "--partitions", "4", "--local-rows", "1000000",
-    ])
+    local-cluster in ``test_sessions.py::test_join_count_on_local_cluster_also_with_retried_tasks``.
+    (Run beside the suite's other separate processes: ``background``.)"""
+    out = background.result(request)
     assert "distance changes" in out and "OK" in out
 
 
-def test_reachability_example():
-    out = _run(["examples/reachability.py", "--nodes", "20", "--edges", "40", "--roots", "3", "--changes", "20",
-                "--check", "8", "--master", "local[2]"])
+def test_reachability_example(request):
+    out = background.result(request)
     assert "OK" in out
 
 

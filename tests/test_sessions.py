@@ -34,6 +34,7 @@ import subprocess
 import sys
 from typing import Any
 
+import background
 import pytest
 import session_jobs
 from helpers import CONNECT, rows_of
@@ -47,6 +48,9 @@ from spark_differential.errors import EnvironmentError_
 
 # the user functions of session_jobs run in Spark's Python workers, which cannot import it: ship them by value
 cloudpickle.register_pickle_by_value(session_jobs)
+
+# one process runs this module's tests (``background`` starts their separate processes together)
+pytestmark = pytest.mark.xdist_group("sessions")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AQE = "spark.sql.adaptive.enabled"
@@ -90,36 +94,27 @@ RUNS = {
         "local-cluster[2,1,1024]", "join_count,join_count_by_operator,bfs,bfs_sliced,bfs_keys,view_join_count",
         "join_count,join_count_by_operator"),
 }
-_started: dict[str, subprocess.Popen] = {}
 
 
-def _start(test: str) -> None:
-    master, plain, faults = RUNS[test]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("SD_TEST_SESSION", None)
-    _started[test] = subprocess.Popen(
-        [sys.executable, "tests/session_jobs.py", "--master", master, "--plain", plain, "--faults", faults],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _run(master: str, plain: str, faults: str) -> dict[str, Any]:
+    """One run of ``tests/session_jobs.py``: what it printed as its result."""
+    proc = subprocess.run([background.PYTHON, "tests/session_jobs.py", "--master", master, "--plain", plain,
+                           "--faults", faults], cwd=ROOT, env=background.env(), capture_output=True, text=True,
+                          timeout=background.TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+for _test, _args in RUNS.items():
+    background.register(__name__, _test, lambda args=_args: _run(*args), seconds=80)
 
 
 @pytest.fixture
 def session_run(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The result of this test's run of ``tests/session_jobs.py`` (:data:`RUNS`).  The first such
-    test starts every selected one's process, so they run side by side (each its own Spark,
-    the test process waiting): about a minute less than one after the other."""
-    selected = {item.name for item in request.session.items}
-    for test in RUNS:
-        if test in selected and test not in _started:
-            _start(test)
-    proc = _started[request.node.name]
-    try:
-        out, err = proc.communicate(timeout=1200)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    """The result of this test's run of ``tests/session_jobs.py`` (:data:`RUNS`), run side by
+    side with the other separate processes the session's tests wait for (``background``)."""
+    return background.result(request)
 
 
 @pytest.mark.parametrize("job", ["join_count", "reduce", "bfs"])

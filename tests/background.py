@@ -1,0 +1,71 @@
+"""Separate processes (each its own Spark) that some tests wait for, run side by side.
+
+A test module registers, at import, the work a test of it waits for (:func:`register`: a
+function that runs the processes and returns what they printed).  The first test of a module
+to ask for its result (:func:`result`) starts the work of every registered test of that
+module this session will run, each in a thread of its own, so their processes run together
+while the test process waits, not one after the other (``test_sessions``' retries run and
+local-cluster run: about a minute less).  Grouped by module: a module using this marks itself
+``pytest.mark.xdist_group`` so that its tests run in one process also when ``pytest-xdist``
+spreads the tests over processes (``--dist loadgroup``), and no process starts work another
+one runs.
+"""
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+TIMEOUT = 1800  # seconds a test waits for its work
+
+_REGISTERED: dict[tuple[str, str], tuple[Callable[[], Any], float]] = {}  # (module, test)
+_STARTED: dict[tuple[str, str], Future] = {}
+_AT_ONCE = threading.Semaphore(3)  # works running at once (memory: each starts a Spark)
+
+
+def register(module: str, test: str, work: Callable[[], Any], seconds: float) -> None:
+    """The work test function ``test`` of ``module`` (its ``__name__``) waits for (a function
+    of no argument, run in a thread), and about how long it takes alone (the longest starts
+    first)."""
+    _REGISTERED[(module.rsplit(".", 1)[-1], test)] = (work, seconds)
+
+
+def _start(work: Callable[[], Any]) -> Future:
+    """``work`` in a daemon thread (a session that ends early does not wait for it)."""
+    done: Future = Future()
+
+    def run() -> None:
+        with _AT_ONCE:
+            try:
+                done.set_result(work())
+            except BaseException as e:  # noqa: BLE001 - raised again in the waiting test
+                done.set_exception(e)
+
+    threading.Thread(target=run, daemon=True, name="sd-test-background").start()
+    return done
+
+
+def result(request: pytest.FixtureRequest) -> Any:
+    """What the work registered for the requesting test returned (its exception raised)."""
+    module = request.node.module.__name__.rsplit(".", 1)[-1]
+    selected = {(item.module.__name__.rsplit(".", 1)[-1], item.originalname) for item in request.session.items
+                if isinstance(item, pytest.Function)}
+    for key, (work, _) in sorted(_REGISTERED.items(), key=lambda kv: -kv[1][1]):
+        if key[0] == module and key in selected and key not in _STARTED:
+            _STARTED[key] = _start(work)
+    return _STARTED[(module, request.node.originalname)].result(timeout=TIMEOUT)
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a separate test process: this checkout importable, a classic session."""
+    out = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out.pop("SD_TEST_SESSION", None)
+    out.update(extra)
+    return out
+
