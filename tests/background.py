@@ -1,14 +1,14 @@
 """Separate processes (each its own Spark) that some tests wait for, run side by side.
 
 A test module registers, at import, the work a test of it waits for (:func:`register`: a
-function that runs the processes and returns what they printed).  The first test of a module
-to ask for its result (:func:`result`) starts the work of every registered test of that
-module this session will run, each in a thread of its own, so their processes run together
-while the test process waits, not one after the other (``test_sessions``' retries run and
-local-cluster run: about a minute less).  Grouped by module: a module using this marks itself
-``pytest.mark.xdist_group`` so that its tests run in one process also when ``pytest-xdist``
-spreads the tests over processes (``--dist loadgroup``), and no process starts work another
-one runs.
+function that runs the processes and returns what they printed).  Run by one pytest
+process, the first test of a module to ask for its result (:func:`result`) starts the work of
+every registered test of that module the session will run, each in a thread of its own, so
+their processes run together while the test process waits, not one after the other
+(``test_sessions``' retries run and local-cluster run: about a minute less).  Under
+``pytest-xdist`` (``./dev test`` runs the tests in two processes) a process may not run the
+module's other tests, so each test starts its own work only: the other process's tests run
+meanwhile.
 """
 
 import os
@@ -26,6 +26,7 @@ TIMEOUT = 1800  # seconds a test waits for its work
 
 _REGISTERED: dict[tuple[str, str], tuple[Callable[[], Any], float]] = {}  # (module, test)
 _STARTED: dict[tuple[str, str], Future] = {}
+XDIST = bool(os.environ.get("PYTEST_XDIST_WORKER"))  # a process of pytest-xdist's (``./dev test``)
 _AT_ONCE = threading.Semaphore(3)  # works running at once (memory: each starts a Spark)
 
 
@@ -54,12 +55,16 @@ def _start(work: Callable[[], Any]) -> Future:
 def result(request: pytest.FixtureRequest) -> Any:
     """What the work registered for the requesting test returned (its exception raised)."""
     module = request.node.module.__name__.rsplit(".", 1)[-1]
-    selected = {(item.module.__name__.rsplit(".", 1)[-1], item.originalname) for item in request.session.items
-                if isinstance(item, pytest.Function)}
+    mine = (module, request.node.originalname)
+    if XDIST:  # (this process may not run the module's other tests: its own work only)
+        selected = {mine}
+    else:
+        selected = {(item.module.__name__.rsplit(".", 1)[-1], item.originalname) for item in request.session.items
+                    if isinstance(item, pytest.Function)}
     for key, (work, _) in sorted(_REGISTERED.items(), key=lambda kv: -kv[1][1]):
         if key[0] == module and key in selected and key not in _STARTED:
             _STARTED[key] = _start(work)
-    return _STARTED[(module, request.node.originalname)].result(timeout=TIMEOUT)
+    return _STARTED[mine].result(timeout=TIMEOUT)
 
 
 def env(**extra: str) -> dict[str, str]:

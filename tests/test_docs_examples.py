@@ -13,9 +13,6 @@ from helpers import rows_of
 
 import spark_differential  # noqa: F401
 
-# one process runs this module's tests (``background`` starts their separate processes together)
-pytestmark = pytest.mark.xdist_group("docs_examples")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -49,8 +49,6 @@ from spark_differential.errors import EnvironmentError_
 # the user functions of session_jobs run in Spark's Python workers, which cannot import it: ship them by value
 cloudpickle.register_pickle_by_value(session_jobs)
 
-# one process runs this module's tests (``background`` starts their separate processes together)
-pytestmark = pytest.mark.xdist_group("sessions")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AQE = "spark.sql.adaptive.enabled"
