@@ -67,10 +67,9 @@ def result(request: pytest.FixtureRequest) -> Any:
     return _STARTED[mine].result(timeout=TIMEOUT)
 
 
-def env(**extra: str) -> dict[str, str]:
+def env() -> dict[str, str]:
     """The environment of a separate test process: this checkout importable, a classic session."""
     out = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out.pop("SD_TEST_SESSION", None)
-    out.update(extra)
     return out
 
