@@ -285,3 +285,190 @@ def test_a_new_batch_looks_up_its_own_sorted_keys(old: list, new: list) -> None:
     live = {r["_k0"] for r in batch.table.to_pylist()}
     plain = [r for r in trace.touching([fresh]).to_pylist() if r["_k0"] in live]
     assert rows(trace.touching([fresh], batch)) == rows(pa.Table.from_pylist(plain, trace.schema))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-4, 4), max_size=30), st.lists(st.integers(-4, 4), max_size=30), st.booleans())
+def test_equal_pairs_are_the_pairs_a_sort_finds(x: list, y: list, wide: bool) -> None:
+    """``order.equal_pairs`` (a counting pass over a short range of values) gives every pair of
+    equal values, in the order of ``x`` then ``y``, as a stable sort of ``y`` and binary searches
+    do; values spread far wider than the rows take the sort (``None``), values of ``x`` out of
+    ``y``'s range (the int64 limits among them) match nothing."""
+    from spark_differential.kernels import order
+
+    scale = (1 << 40) if wide else 1
+    xs = np.array([v * scale for v in x] + [I64[0], I64[1]], dtype=np.int64)
+    ys = np.array([v * scale for v in y], dtype=np.int64)
+    want = [(i, j) for i in range(len(xs)) for j in range(len(ys)) if xs[i] == ys[j]]
+    got = order.equal_pairs(xs, ys)
+    if wide and len(set(y)) > 1:
+        assert got is None
+        return
+    assert got is not None
+    assert list(zip(got[0].tolist(), got[1].tolist())) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.integers(0, 1)), min_size=1, max_size=25),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2), st.integers(0, 1)), min_size=1, max_size=25),
+       st.booleans(), st.booleans())
+def test_a_plain_join_of_integer_keys_pairs_as_one_of_numbered_keys(xr: list, yr: list, two_keys: bool,
+                                                                     later: bool) -> None:
+    """``join._crossed`` pairs rows by their integer keys' values (packed, for several key columns)
+    exactly as by :func:`~spark_differential.kernels.stab.ids` (the path of keys of other types,
+    here the same keys as strings): the same rows, in the same order."""
+    from spark_differential.kernels import join as kjoin
+
+    nkeys = 2 if two_keys else 1
+
+    def side(rows_: list, data: str, t: int, as_text: bool) -> pa.Table:
+        keys_ = {f"_k{j}": [r[j] if j < 2 else 0 for r in rows_] for j in range(nkeys)}
+        cols = {c: pa.array([str(v) for v in vs] if as_text else vs, pa.string() if as_text else pa.int64())
+                for c, vs in keys_.items()}
+        cols[data] = pa.array([r[1] for r in rows_], pa.int64())
+        cols["_t0"] = pa.array([t] * len(rows_), pa.int64())
+        cols["_d"] = pa.array([1 + r[2] for r in rows_], pa.int64())
+        return pa.table(cols)
+
+    tx, ty = (5, 3) if later else (3, 5)
+    got = kjoin._crossed(side(xr, "_a0", tx, False), side(yr, "_b0", ty, False), nkeys, ["_a0"], ["_b0"], 1)
+    want = kjoin._crossed(side(xr, "_a0", tx, True), side(yr, "_b0", ty, True), nkeys, ["_a0"], ["_b0"], 1)
+    assert got is not None and want is not None
+    as_ints = want.set_column(0, "_k0", want.column("_k0").cast(pa.int64()))
+    if two_keys:
+        as_ints = as_ints.set_column(1, "_k1", want.column("_k1").cast(pa.int64()))
+    assert got.to_pylist() == as_ints.to_pylist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.sampled_from([-1, 1, 2])), max_size=40),
+       st.lists(st.tuples(st.integers(-4, 4), st.integers(0, 3)), max_size=15), st.booleans())
+def test_key_sorted_runs_are_the_rows_binary_searches_find(rows_: list, wanted: list, wide: bool) -> None:
+    """``KeySorted.touching_rows`` (one binary search from where the last key's run ended:
+    ``order.runs_of``) gives the positions of every row of the given keys, as a search of each
+    key does; ``distinct_keys`` (flags over a short range of codes, or a sort) gives the sorted
+    distinct keys; ``runs_of`` refuses keys out of order."""
+    from spark_differential.kernels import order
+
+    scale = (1 << 30) if wide else 1
+    cols = list(zip(*rows_)) if rows_ else [(), (), ()]
+    table = pa.table({"_k0": pa.array([v * scale for v in cols[0]], pa.int64()),
+                      "_k1": pa.array(cols[1], pa.int64()), "_d": pa.array(cols[2], pa.int64())})
+    keys_ = pa.table({"_k0": pa.array([k * scale for k, _ in wanted], pa.int64()),
+                      "_k1": pa.array([v for _, v in wanted], pa.int64())})
+    distinct = native.distinct_keys(keys_, ["_k0", "_k1"])
+    assert distinct is not None
+    assert list(zip(*[v.tolist() for v in distinct])) == sorted(set(zip(*[keys_.column(c).to_pylist()
+                                                                           for c in ["_k0", "_k1"]])))
+    assert distinct == [] or all(v.dtype == np.int64 for v in distinct)
+    ks = native.KeySorted.by_key(table, ["_k0", "_k1"])
+    if ks is None:
+        assert table.num_rows == 0
+        return
+    want = set(zip(*[keys_.column(c).to_pylist() for c in ["_k0", "_k1"]]))
+    found = ks.touching_rows(distinct)
+    sorted_keys = list(zip(*[ks.table.column(c).to_pylist() for c in ["_k0", "_k1"]]))
+    assert found.tolist() == [i for i, k in enumerate(sorted_keys) if k in want]
+    if len(ks.codes) and len(set(ks.codes.tolist())) > 1:
+        assert order.runs_of(ks.codes, ks.codes[::-1].copy()) is None
+    assert order.runs_of(np.array([1, 3, 3, 5]), np.array([0, 3, 9])).tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("d", [[I64[0], 1], [I64[1]], [0, 0], [], [-5, 3], [1 << 60] * 4, [1 << 60] * 3,
+                               [-(1 << 61), 1], [-(1 << 61)] * 2])
+def test_integer_sums_fit_as_can_sum_says(d: list) -> None:
+    """The packed consolidation's overflow check (from the diffs' numpy values) agrees with
+    ``can_sum`` (Arrow's ``abs_checked``), ``INT64_MIN`` included."""
+    table = pa.table({"_d": pa.array(d, pa.int64())})
+    assert native._sums_fit(native.int_values(table.column("_d"))) == native.can_sum(table, "_d")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.booleans(), st.none()), max_size=6), max_size=5), st.booleans())
+def test_the_rows_of_a_flag_are_its_filter(chunks: list, value: bool) -> None:
+    """``join._with_new`` (slices, where every chunk of the flag holds one value) and ``join._all_true``
+    (counted per chunk, without nulls) give what Arrow's filter and ``all`` give."""
+    import pyarrow.compute as pc
+
+    from spark_differential.kernels import join as kjoin
+
+    flag = pa.chunked_array([pa.array(c, pa.bool_()) for c in chunks], pa.bool_())
+    table = pa.table({"x": pa.array(np.arange(len(flag)), pa.int64()), "_new": flag})
+    want = table.filter(flag if value else pc.invert(flag))
+    got = kjoin._with_new(table, value)
+    assert got.schema == want.schema and got.to_pylist() == want.to_pylist()
+    assert kjoin._all_true(flag) == (len(flag) == 0 or bool(pc.all(flag).as_py()))
+    empty = pa.table({"x": pa.array([], pa.int64()), "_new": pa.array([], pa.null())})  # (an empty side's flag)
+    assert kjoin._all_true(empty.column("_new"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-4, 4)), max_size=30), st.booleans(),
+       st.sampled_from(["int64", "int8", "uint32", "uint64"]))
+def test_integer_ids_are_dictionary_encode_s(values: list, wide: bool, typ: str) -> None:
+    """``stab.ids`` of a column of integers without nulls over a short range (``order.first_ids``,
+    one pass through a table of the values) numbers them as Arrow's ``dictionary_encode`` does (in
+    order of first appearance); nulls, a wide range and ``uint64`` take ``dictionary_encode``."""
+    import pyarrow.compute as pc
+
+    from spark_differential.kernels import stab
+
+    scale = (1 << 40) if wide and typ == "int64" else 1
+    unsigned = typ.startswith("u")
+    column = pa.array([None if v is None else (abs(v) if unsigned else v) * scale for v in values], getattr(pa, typ)())
+    for col in (column, column.fill_null(0), pa.chunked_array([column.fill_null(1), column.fill_null(2)])):
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        want = pc.dictionary_encode(arr, null_encoding="encode").indices.to_numpy(zero_copy_only=False)
+        assert stab.ids([col], len(col)).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("n_minor", [1, 3])
+def test_dense_order_is_a_stable_sort_by_major_then_minor(n_minor: int) -> None:
+    """``order.dense_order`` (one counting pass when there is one minor id) sorts as ``np.lexsort``."""
+    from spark_differential.kernels import order
+
+    rng = np.random.default_rng(n_minor)
+    major, minor = rng.integers(0, 7, 300), rng.integers(0, n_minor, 300)
+    assert order.dense_order(major, 7, minor, n_minor).tolist() == np.lexsort((minor, major)).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 2), st.integers(0, 3), st.sampled_from([-1, 1, 2])),
+                max_size=30),
+       st.lists(st.lists(st.integers(-4, 4), min_size=1, max_size=6), min_size=1, max_size=2),
+       st.integers(0, 3), st.sampled_from(["int", "str", "none"]))
+def test_a_view_loop_s_stored_rows_touched_by_keys(stored: list, news: list, i: int, kind: str) -> None:
+    """A view loop's stored trace (``loop._Stored``) gives the rows of the keys of new updates at
+    iteration ``i`` as a semi-join of its rows and a filter on their iteration give them: keys of
+    integers by binary search, gathered from its rows made once; other keys by ``native.touching``;
+    a step with no key none (its keys' table, of no columns, counts no rows)."""
+    from spark_differential.incremental.loop import IT, _Stored
+    from spark_differential.kernels.common import NEW, conform
+
+    typ = pa.string() if kind == "str" else pa.int64()
+
+    def conv(v: int) -> Any:
+        return str(v) if kind == "str" else v
+
+    key = () if kind == "none" else ("_k0",)
+    schema = pa.schema([pa.field("_k0", typ), pa.field("_a0", pa.int64()), pa.field("_t0", pa.int64(), False),
+                        pa.field("_d", pa.int64(), False), pa.field(NEW, pa.bool_())])
+    cols = list(zip(*stored)) if stored else [(), (), (), ()]
+    rows_ = pa.table({"_k0": pa.array([conv(v) for v in cols[0]], typ), "_a0": pa.array(cols[1], pa.int64()),
+                      "_t0": pa.array([0] * len(stored), pa.int64()), "_d": pa.array(cols[3], pa.int64()),
+                      IT: pa.array(cols[2], pa.int64())})
+    new = [pa.table({"_k0": pa.array([conv(v) for v in ks], typ), "_a0": pa.array([0] * len(ks), pa.int64())})
+           for ks in news]
+    trace = _Stored(rows_, key, schema)
+    keys_table, distinct = _Stored.keys(new, key)
+    got = trace.touching(keys_table, distinct, i)
+    # as the loop read them before: the keys' table, its rows of them, those of iteration at most i
+    table = keys_table()
+    if table.num_rows == 0 or trace.rows.num_rows == 0:
+        want = schema.empty_table()
+    else:
+        found = native.touching(trace.rows, table, key) if key else trace.rows
+        found = found.filter(pa.array(found.column(IT).to_numpy() <= i))
+        want = conform(found.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(found.num_rows, dtype=bool))),
+                       schema)
+    assert got.schema == want.schema and got.to_pylist() == want.to_pylist()

@@ -136,7 +136,7 @@ def specs(program: Any) -> list[Spec]:
 
 def _negated(table: pa.Table, diff: str) -> pa.Table:
     i = table.schema.get_field_index(diff)
-    return table.set_column(i, diff, pc.negate(table.column(i)))
+    return table.set_column(i, table.schema.field(i), pc.negate(table.column(i)))  # (the field as it was)
 
 
 def _same(a: pa.Table, b: pa.Table) -> bool:
@@ -299,7 +299,8 @@ def _piece(table: pa.Table, i: int, negate: bool = False, diff: str = D) -> pa.T
 
     rows = table.drop_columns([NEW]) if NEW in table.column_names else table
     rows = _negated(rows, diff) if negate else rows
-    return rows.append_column(IT, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
+    # (not nullable, as the stored trace's: a piece is then of its trace's schema, conformed at no cost)
+    return rows.append_column(pa.field(IT, pa.int64(), False), pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
 
 
 def _first(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table],
@@ -344,29 +345,47 @@ class _Stored:
         self.key, self.schema = key, schema
         self.sorted = native.KeySorted.by_key(rows, key)
         self.rows = rows if self.sorted is None else self.sorted.table
+        # the rows as :meth:`touching` returns them (no IT, ``_new`` false, the kernel's schema), made
+        # once: a call then gathers the rows it keeps, by their iterations ``its``
+        self.its = self.rows.column(IT).to_numpy(zero_copy_only=False)
+        self.last = int(self.its.max()) if self.rows.num_rows else -1
+        self.kernel_rows = conform(self.rows.drop_columns([IT]).append_column(
+            NEW, pa.array(np.zeros(self.rows.num_rows, dtype=bool))), schema)
 
     @staticmethod
-    def keys(new: Sequence[pa.Table], key: tuple[str, ...]) -> tuple[pa.Table, list[Any] | None]:
+    def keys(new: Sequence[pa.Table], key: tuple[str, ...]) -> tuple[Callable[[], pa.Table], list[Any] | None]:
         """The keys of the rows ``new`` (of a step whose inputs all have the key columns ``key``),
-        and the distinct ones as :func:`~spark_differential.kernels.native.distinct_keys` gives them
-        (``None``: not integers), for :meth:`touching` of every input of the step."""
-        keys = pa.concat_tables([t.select(list(key)) for t in new])
-        return keys, native.distinct_keys(keys, key) if key else None
+        as a function making their table (called only where :meth:`touching` needs it), and the
+        distinct ones as :func:`~spark_differential.kernels.native.distinct_keys` gives them
+        (``None``: not integers, or no key), for :meth:`touching` of every input of the step."""
 
-    def touching(self, keys: pa.Table, distinct: list[Any] | None, i: int) -> pa.Table:
-        """The rows of ``O_i`` (``_new`` false, the kernel's columns) of the keys ``keys`` (every row:
-        no key; ``distinct``: as :meth:`keys` gives them)."""
-        if keys.num_rows == 0 or self.rows.num_rows == 0:
+        def table() -> pa.Table:
+            return pa.concat_tables([t.select(list(key)) for t in new])
+
+        if not key:
+            return table, None
+        return table, native.distinct_keys_of([[t.column(c) for c in key] for t in new])
+
+    def touching(self, keys: Callable[[], pa.Table], distinct: list[Any] | None, i: int) -> pa.Table:
+        """The rows of ``O_i`` (``_new`` false, the kernel's columns) of the keys ``keys()`` (every row:
+        no key; ``distinct``: as :meth:`keys` gives them); keys of integers are looked up by binary
+        search and the rows gathered from :attr:`kernel_rows`, made once."""
+        if self.rows.num_rows == 0:
             return self.schema.empty_table()
-        rows = self.rows
-        if self.key:
-            rows = (self.sorted.touching_distinct(distinct) if self.sorted is not None and distinct is not None
-                    else native.touching(rows, keys, self.key))
-        its = rows.column(IT).to_numpy(zero_copy_only=False)
-        if rows.num_rows and its.max() > i:
-            rows = rows.filter(pa.array(its <= i))
-        rows = rows.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(rows.num_rows, dtype=bool)))
-        return conform(rows, self.schema)
+        if not self.key or self.sorted is None or distinct is None:
+            table = keys()
+            if table.num_rows == 0:  # (no key: a concatenation of tables of no columns counts no rows)
+                return self.schema.empty_table()
+            rows = native.touching(self.rows, table, self.key) if self.key else self.rows
+            its = rows.column(IT).to_numpy(zero_copy_only=False)
+            if rows.num_rows and its.max() > i:
+                rows = rows.filter(pa.array(its <= i))
+            rows = rows.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(rows.num_rows, dtype=bool)))
+            return conform(rows, self.schema)
+        at = self.sorted.touching_rows(distinct)
+        if self.last > i and len(at):
+            at = at[self.its[at] <= i]
+        return self.kernel_rows.take(pa.array(at))
 
 
 def _resumed(program: Any, steps: Sequence[Any], sources: Sequence[pa.Table], stored: dict[tuple[int, int], pa.Table],

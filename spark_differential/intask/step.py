@@ -71,7 +71,10 @@ def kernel_input(table: pa.Table, inp: StepInput, new: bool, width: int) -> pa.T
     if inp.chunk is not None:
         cols.append(pa.array(inp.chunk.of(table.column(leaves(width)[0]).to_numpy(zero_copy_only=False))))
         labels.append(inp.chunk.column)
-    return conform(pa.Table.from_arrays(cols, names=labels), inp.schema)
+    schema = inp.schema
+    if labels == schema.names and all(c.type == f.type for c, f in zip(cols, schema)):  # (conform's result, made at once)
+        return pa.Table.from_arrays(cols, schema=schema)
+    return conform(pa.Table.from_arrays(cols, names=labels), schema)
 
 
 def run_step(step: Stateful, tables: dict[str, pa.Table], sources: Sequence[pa.Table], traces: list[ArrowTrace],

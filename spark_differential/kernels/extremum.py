@@ -261,6 +261,8 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
         return None
     if X.column("_a0").null_count:
         X = X.filter(pc.is_valid(X.column("_a0")))
+    if any(col.num_chunks > 1 for col in X.columns):  # (a trace's rows and new ones: one chunk, read in one pass)
+        X = X.combine_chunks()
     n = X.num_rows
     out_cols = [*k, "_o0", *t, "_d"]
     if n == 0:
@@ -277,7 +279,7 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
     row_of = np.empty(nslots, np.int64)
     row_of[slot] = np.arange(n, dtype=np.int64)
     new = X.column(NEW).to_numpy(zero_copy_only=False).astype(np.bool_)
-    d = X.column("_d").to_numpy().astype(np.int64)
+    d = X.column("_d").to_numpy().astype(np.int64, copy=False)  # (read only: gathered below)
     nkeys_ = int(kid.max()) + 1
     if worth_counting(n, nkeys_, ntimes):  # kid and trank are dense ids: two counting passes
         order = dense_order(kid, nkeys_, trank, ntimes)
@@ -285,7 +287,9 @@ def min_max(nkeys: int, ndata: int, width: int, largest: bool, out_type: pa.Data
         order = sort_order([kid, trank]).astype(np.int64)
     rows, vrows, diff = _sweep(order, kid[order], trank[order], slot[order], d[order], new[order], val_of, row_of)
     at, vat = pa.array(rows), pa.array(vrows)
-    cols = {c: X.column(c).take(at) for c in [*k, *t]}
-    cols["_o0"] = X.column("_a0").take(vat).cast(out_type)
+    taken = X.select([*k, *t]).take(at)  # (one gather of the key and time columns)
+    cols = dict(zip([*k, *t], taken.columns))
+    value = X.column("_a0").take(vat)
+    cols["_o0"] = value if value.type == out_type else value.cast(out_type)
     cols["_d"] = pa.array(diff, pa.int64())
     return pa.table({c: cols[c] for c in out_cols})

@@ -26,6 +26,7 @@ from spark_differential.kernels.stab import exact_type, expand, ids, numbered, s
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
+orders = lazy("spark_differential.kernels.order")  # imports numba: loaded by the first plain join
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,33 @@ def _with_new(table: pa.Table, new: bool) -> pa.Table:
     """The rows whose ``_new`` flag is ``new`` (the flag itself as the filter: a third of
     ``pc.equal``'s cost on a few hundred rows)."""
     flag = table.column(NEW)
+    spans = _uniform_spans(flag, new)
+    if spans is not None:  # (the trace's rows and the new ones concatenated: slices, no filter)
+        if len(spans) == 1:
+            return table.slice(*spans[0])
+        return pa.concat_tables([table.slice(at, n) for at, n in spans]) if spans else table.slice(0, 0)
     return table.filter(flag if new else pc.invert(flag))
+
+
+def _uniform_spans(flag: pa.ChunkedArray, value: bool) -> list[tuple[int, int]] | None:
+    """The row ranges ``(offset, length)`` holding ``value``, adjacent ones merged, where every
+    chunk of ``flag`` holds one value only (no nulls); else ``None``."""
+    if flag.null_count or not pa.types.is_boolean(flag.type):
+        return None
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for chunk in flag.chunks:
+        n = len(chunk)
+        true = chunk.true_count
+        if true == (n if value else 0):
+            if n and spans and spans[-1][0] + spans[-1][1] == at:
+                spans[-1] = (spans[-1][0], spans[-1][1] + n)
+            elif n:
+                spans.append((at, n))
+        elif true != (0 if value else n):
+            return None
+        at += n
+    return spans
 
 
 def consolidated(parts: Sequence[pa.Table], cols: Sequence[str]) -> pa.Table:
@@ -118,8 +145,9 @@ def _crossed(x: pa.Table, y: pa.Table, nkeys: int, a: Sequence[str], b: Sequence
     consolidated).  When no time of ``y`` is after a time of ``x``, every update of ``x``
     meets all of ``y`` and no update of ``y`` meets an earlier ``x``; when every time of ``x``
     is before every time of ``y``, the other way round: the two stabbing joins of
-    :func:`join_total` are then one plain join, which costs a sort of ``y``'s key ids instead
-    of both sides' consolidation and the time ranks.  The common case inside a view's update:
+    :func:`join_total` are then one plain join, which costs a counting pass over ``y``'s keys
+    (:func:`~spark_differential.kernels.order.equal_pairs`; a sort where they spread wide)
+    instead of both sides' consolidation and the time ranks.  The common case inside a view's update:
     the new updates at the update's time against the trace, advanced to the frontier below it.
     ``None``: the times interleave (or a time of more than one leaf, or keys :func:`numbered`
     does not number)."""
@@ -127,28 +155,61 @@ def _crossed(x: pa.Table, y: pa.Table, nkeys: int, a: Sequence[str], b: Sequence
     if width != 1 or not all(exact_type(x.schema.field(c).type) and x.schema.field(c).type == y.schema.field(c).type
                               for c in k):
         return None
-    xt, yt = pc.min_max(x.column(t[0])), pc.min_max(y.column(t[0]))
-    if None in (xt["min"].as_py(), yt["min"].as_py()):
+    xt, yt = _time_range(x.column(t[0])), _time_range(y.column(t[0]))
+    if xt is None or yt is None:
         return None
-    if yt["max"].as_py() <= xt["min"].as_py():
+    if yt[1] <= xt[0]:
         at_x = True
-    elif xt["max"].as_py() < yt["min"].as_py():
+    elif xt[1] < yt[0]:
         at_x = False
     else:
         return None
     n = x.num_rows
-    kid = ids([pa.concat_arrays([x.column(c).combine_chunks(), y.column(c).combine_chunks()]) for c in k],
-              n + y.num_rows)
-    y_order = np.argsort(kid[n:], kind="stable")
-    y_kid = kid[n:][y_order]
-    x_of, pos = expand(np.searchsorted(y_kid, kid[:n], "left"), np.searchsorted(y_kid, kid[:n], "right"))
-    y_of = y_order[pos]
+    kid = _key_codes(x, y, k)
+    found = orders.equal_pairs(kid[:n], kid[n:])
+    if found is not None:
+        x_of, y_of = found
+    else:  # keys spread over a range far wider than the rows: by a sort of y's
+        y_order = np.argsort(kid[n:], kind="stable")
+        y_kid = kid[n:][y_order]
+        x_of, pos = expand(np.searchsorted(y_kid, kid[:n], "left"), np.searchsorted(y_kid, kid[:n], "right"))
+        y_of = y_order[pos]
     x_rows, y_rows = pa.array(x_of), pa.array(y_of)
-    cols = {c: x.column(c).take(x_rows) for c in [*k, *a]}
-    cols.update({c: y.column(c).take(y_rows) for c in b})
-    cols[t[0]] = (x.column(t[0]).take(x_rows) if at_x else y.column(t[0]).take(y_rows))
-    cols["_d"] = pa.array(x.column("_d").to_numpy()[x_of] * y.column("_d").to_numpy()[y_of], pa.int64())
-    return pa.table(cols)
+    xs = x.select([*k, *a, t[0]] if at_x else [*k, *a]).take(x_rows)
+    ys = y.select([*b] if at_x else [*b, t[0]]).take(y_rows)
+    cols = [*xs.columns[:len(k) + len(a)], *ys.columns[:len(b)], xs.column(t[0]) if at_x else ys.column(t[0]),
+            pa.array(x.column("_d").to_numpy()[x_of] * y.column("_d").to_numpy()[y_of], pa.int64())]
+    return pa.Table.from_arrays(cols, names=[*k, *a, *b, t[0], "_d"])
+
+
+def _time_range(column: pa.ChunkedArray) -> tuple[int, int] | None:
+    """The smallest and largest value of a time leaf (not empty), ``None`` when all are null."""
+    values = native.int_values(column)
+    if values is not None:
+        return int(values.min()), int(values.max())
+    found = pc.min_max(column)
+    lo, hi = found["min"].as_py(), found["max"].as_py()
+    return None if lo is None else (lo, hi)
+
+
+def _key_codes(x: pa.Table, y: pa.Table, k: Sequence[str]) -> np.ndarray:
+    """One int64 per row of ``x`` then of ``y``, equal exactly where the rows' ``k`` columns are
+    (nulls equal to nulls): the values of one integer column without nulls, integer columns
+    without nulls packed (:class:`~spark_differential.kernels.native.Radix`), else :func:`ids`."""
+    values = []
+    for c in k:
+        xv, yv = native.int_values(x.column(c)), native.int_values(y.column(c))
+        if xv is None or yv is None:
+            break
+        values.append(np.concatenate([xv, yv]))
+    else:
+        if len(values) == 1:
+            return values[0]
+        radix = native.Radix.of(values) if values else None
+        if radix is not None:
+            return radix.codes(values)[0]
+    return ids([pa.concat_arrays([x.column(c).combine_chunks(), y.column(c).combine_chunks()]) for c in k],
+               x.num_rows + y.num_rows)
 
 
 def join_pairs_sql(p: JoinParams, A: str, B: str) -> str:
@@ -290,6 +351,8 @@ def _asof(p: JoinParams, A: pa.Table, B: pa.Table, has_old: bool) -> pa.Table:
 
 
 def _all_true(col: pa.ChunkedArray) -> bool:
+    if not col.null_count and pa.types.is_boolean(col.type):  # (counted per chunk: no compute call)
+        return sum(chunk.true_count for chunk in col.chunks) == len(col)
     return len(col) == 0 or bool(pc.all(col).as_py())
 
 

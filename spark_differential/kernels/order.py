@@ -39,7 +39,8 @@ def dense_order(major: np.ndarray, n_major: int, minor: np.ndarray, n_minor: int
     rows = np.arange(len(major), dtype=np.int64)
     if len(rows) == 0:
         return rows
-    by_minor = _counting_pass(np.ascontiguousarray(minor, dtype=np.int64), int(n_minor), rows)
+    # (one minor id, as a loop's times advanced to one frontier: the rows are in minor order already)
+    by_minor = rows if n_minor <= 1 else _counting_pass(np.ascontiguousarray(minor, dtype=np.int64), int(n_minor), rows)
     return _counting_pass(np.ascontiguousarray(major, dtype=np.int64), int(n_major), by_minor)
 
 
@@ -192,3 +193,122 @@ def distinct_changes(code: np.ndarray, order: np.ndarray, d: np.ndarray, new: np
             m += 1
         i = j
     return rows[:m], out[:m]
+
+
+@njit(cache=True, nogil=True)
+def _equal_pairs(x: np.ndarray, y: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`equal_pairs` of ``y``'s values all in ``lo .. hi`` (a short range): a counting pass
+    numbers ``y``'s rows by value (stably), each ``x`` row then reads its value's run (``x``'s
+    values compared with ``lo`` and ``hi`` before any subtraction: no overflow)."""
+    span = hi - lo + 1
+    start = np.zeros(span + 1, np.int64)
+    for v in y:
+        start[v - lo + 1] += 1
+    for v in range(span):
+        start[v + 1] += start[v]
+    by_value = np.empty(len(y), np.int64)
+    fill = start[:span].copy()
+    for j in range(len(y)):
+        v = y[j] - lo
+        by_value[fill[v]] = j
+        fill[v] += 1
+    total = 0
+    for v in x:
+        if lo <= v <= hi:
+            total += start[v - lo + 1] - start[v - lo]
+    x_of = np.empty(total, np.int64)
+    y_of = np.empty(total, np.int64)
+    m = 0
+    for i in range(len(x)):
+        if lo <= x[i] <= hi:
+            v = x[i] - lo
+            for p in range(start[v], start[v + 1]):
+                x_of[m] = i
+                y_of[m] = by_value[p]
+                m += 1
+    return x_of, y_of
+
+
+def equal_pairs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every pair of rows ``(i, j)`` with ``x[i] == y[j]`` (int64 values), as two arrays in the
+    order of ``i`` and, for one ``i``, of ``j``; ``None`` when ``y``'s values span a range much
+    larger than its rows (a sort is the way then).
+
+    >>> [a.tolist() for a in equal_pairs(np.array([5, 7, 5]), np.array([5, 6, 5]))]
+    [[0, 0, 2, 2], [0, 2, 0, 2]]
+    """
+    if len(x) == 0 or len(y) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = int(y.min()), int(y.max())
+    if hi - lo > 4 * (len(x) + len(y)) + 1024:
+        return None
+    return _equal_pairs(np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.int64), lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _runs_of(codes: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, bool]:
+    """:func:`runs_of`, and ``False`` (no positions) when ``wanted`` is not strictly ascending."""
+    n = len(codes)
+    out = np.empty(n, np.int64)
+    k = 0
+    p = 0
+    for j in range(len(wanted)):
+        w = wanted[j]
+        if j > 0 and w <= wanted[j - 1]:
+            return out[:0], False
+        lo, hi = p, n  # the first position from p whose code is not below w (binary search)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if codes[mid] < w:
+                lo = mid + 1
+            else:
+                hi = mid
+        p = lo
+        while p < n and codes[p] == w:
+            out[k] = p
+            k += 1
+            p += 1
+    return out[:k], True
+
+
+def runs_of(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:
+    """The positions of ``codes`` (ascending int64) holding one of ``wanted`` (strictly ascending
+    int64), ascending: a binary search from where the last one ended, for each; ``None`` when
+    ``wanted`` is not strictly ascending.
+
+    >>> runs_of(np.array([1, 3, 3, 5, 8]), np.array([3, 4, 8])).tolist()
+    [1, 2, 4]
+    """
+    rows, ok = _runs_of(np.ascontiguousarray(codes, dtype=np.int64), np.ascontiguousarray(wanted, dtype=np.int64))
+    return rows if ok else None
+
+
+@njit(cache=True, nogil=True)
+def _first_ids(values: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """:func:`first_ids` of values all in ``lo .. hi`` (a short range): a table of the id of every value."""
+    id_of = np.full(hi - lo + 1, -1, np.int64)
+    out = np.empty(len(values), np.int64)
+    n_ids = 0
+    for i in range(len(values)):
+        v = values[i] - lo
+        if id_of[v] < 0:
+            id_of[v] = n_ids
+            n_ids += 1
+        out[i] = id_of[v]
+    return out
+
+
+def first_ids(values: np.ndarray) -> np.ndarray | None:
+    """Dense ids of int64 ``values`` numbered in the order the values first appear (as Arrow's
+    ``dictionary_encode`` numbers its dictionary), or ``None`` when they spread over a range
+    much wider than the rows.
+
+    >>> first_ids(np.array([7, 3, 7, 5])).tolist()
+    [0, 1, 0, 2]
+    """
+    if len(values) == 0:
+        return np.zeros(0, np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values) + 1024:
+        return None
+    return _first_ids(np.ascontiguousarray(values, dtype=np.int64), lo, hi)

@@ -194,9 +194,23 @@ def ids(columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     codes = []
     for c in columns:
-        arr = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-        codes.append(pc.dictionary_encode(arr, null_encoding="encode").indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        code = _int_ids(c)
+        if code is None:
+            arr = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+            code = pc.dictionary_encode(arr, null_encoding="encode").indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes.append(code)
     return codes[0] if len(codes) == 1 else dense_ranks(codes)[0]
+
+
+def _int_ids(column: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
+    """``dictionary_encode``'s indices of a column of integers without nulls over a short range
+    (the same ids: in order of first appearance), by one pass through a table of its values;
+    ``None`` for other columns."""
+    t = column.type
+    if column.null_count or not (pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)):
+        return None
+    values = column.to_numpy() if isinstance(column, pa.ChunkedArray) else column.to_numpy(zero_copy_only=False)
+    return orders.first_ids(np.asarray(values).astype(np.int64, copy=False))
 
 
 def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width: int,
