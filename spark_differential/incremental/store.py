@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 from spark_differential.core import settings
 from spark_differential.core.lattice import Leaves
 from spark_differential.core.lazy import lazy
+from spark_differential.core.session import local_frame
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
@@ -127,7 +128,7 @@ class Store:
         if rows is None:
             return self.read([state.output_file] if present else [], state.output, "o")
         table = rows.select(physical("o", state.output)).rename_columns(state.output.names)
-        return self.spark.createDataFrame(table, schema=state.output)
+        return local_frame(self.spark, table, state.output, arrow_schema(self.spark, state.output))
 
     def found_front(self, frontier: NextFrontier) -> list[Leaves]:
         """The new frontier the last one-task write's task found (:func:`front_part`); none sent

@@ -26,7 +26,7 @@ from spark_differential.core.collection import DIFF, TIME, CollectionSchema, int
 from spark_differential.core.lattice import Loop, Total
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import PART
-from spark_differential.core.session import is_connect
+from spark_differential.core.session import is_connect, local_frame
 from spark_differential.engine import chunks as _chunks
 from spark_differential.engine.kernel_form import arrow_schema, bucket_labels
 from spark_differential.errors import IterationLimitExceeded, from_job_failure
@@ -169,7 +169,7 @@ def run_in_task(df: Any, cs: CollectionSchema, program: Program, sources: Sequen
         rows = T.StructType([*data_fields, *row_fields])
         arrow = arrow_schema(spark, rows)
         table = pa.ipc.open_stream(small).read_all() if small else arrow.empty_table()
-        kept = spark.createDataFrame(conform(table.select(arrow.names), arrow), rows)
+        kept = local_frame(spark, conform(table.select(arrow.names), arrow), rows, arrow)
     else:
         kept = kept.select(*qcols(data), F.inline(ROWS))
     if sql_type is not None:
