@@ -441,7 +441,9 @@ def test_a_view_loop_s_stored_rows_touched_by_keys(stored: list, news: list, i: 
     """A view loop's stored trace (``loop._Stored``) gives the rows of the keys of new updates at
     iteration ``i`` as a semi-join of its rows and a filter on their iteration give them: keys of
     integers by binary search, gathered from its rows made once; other keys by ``native.touching``;
-    a step with no key none (its keys' table, of no columns, counts no rows)."""
+    a step with no key every row of iteration at most ``i`` (the new rows all have its one key, the
+    empty one; a concatenation of their key columns, tables of no columns, counts no rows: the
+    loop once read that as no key touched)."""
     from spark_differential.incremental.loop import IT, _Stored
     from spark_differential.kernels.common import NEW, conform
 
@@ -464,7 +466,7 @@ def test_a_view_loop_s_stored_rows_touched_by_keys(stored: list, news: list, i: 
     got = trace.touching(keys_table, distinct, i)
     # as the loop read them before: the keys' table, its rows of them, those of iteration at most i
     table = keys_table()
-    if table.num_rows == 0 or trace.rows.num_rows == 0:
+    if trace.rows.num_rows == 0 or (key and table.num_rows == 0):
         want = schema.empty_table()
     else:
         found = native.touching(trace.rows, table, key) if key else trace.rows

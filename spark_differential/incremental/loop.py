@@ -372,11 +372,13 @@ class _Stored:
         search and the rows gathered from :attr:`kernel_rows`, made once."""
         if self.rows.num_rows == 0:
             return self.schema.empty_table()
-        if not self.key or self.sorted is None or distinct is None:
+        if not self.key:  # one key, the empty one: the new rows (a step is run on some) touch every stored row
+            return self.kernel_rows if self.last <= i else self.kernel_rows.take(pa.array(np.flatnonzero(self.its <= i)))
+        if self.sorted is None or distinct is None:
             table = keys()
-            if table.num_rows == 0:  # (no key: a concatenation of tables of no columns counts no rows)
+            if table.num_rows == 0:
                 return self.schema.empty_table()
-            rows = native.touching(self.rows, table, self.key) if self.key else self.rows
+            rows = native.touching(self.rows, table, self.key)
             its = rows.column(IT).to_numpy(zero_copy_only=False)
             if rows.num_rows and its.max() > i:
                 rows = rows.filter(pa.array(its <= i))
