@@ -377,10 +377,11 @@ def test_key_sorted_runs_are_the_rows_binary_searches_find(rows_: list, wanted: 
 @pytest.mark.parametrize("d", [[I64[0], 1], [I64[1]], [0, 0], [], [-5, 3], [1 << 60] * 4, [1 << 60] * 3,
                                [-(1 << 61), 1], [-(1 << 61)] * 2])
 def test_integer_sums_fit_as_can_sum_says(d: list) -> None:
-    """The packed consolidation's overflow check (from the diffs' numpy values) agrees with
-    ``can_sum`` (Arrow's ``abs_checked``), ``INT64_MIN`` included."""
-    table = pa.table({"_d": pa.array(d, pa.int64())})
-    assert native._sums_fit(native.int_values(table.column("_d"))) == native.can_sum(table, "_d")
+    """``can_sum`` is the largest ``|diff|`` times the rows below 2**62 (``INT64_MIN`` included), and
+    the packed consolidation (its bounds read from numpy) declines exactly the tables it refuses."""
+    table = pa.table({"_k": pa.array(range(len(d)), pa.int64()), "_d": pa.array(d, pa.int64())})
+    assert native.can_sum(table, "_d") == (max((abs(v) for v in d), default=0) * len(d) < 2 ** 62)
+    assert (native._packed_sums(table, ["_k"], "_d") is not None) == native.can_sum(table, "_d")
 
 
 @settings(max_examples=80, deadline=None)

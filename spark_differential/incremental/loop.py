@@ -349,8 +349,12 @@ class _Stored:
         # once: a call then gathers the rows it keeps, by their iterations ``its``
         self.its = self.rows.column(IT).to_numpy(zero_copy_only=False)
         self.last = int(self.its.max()) if self.rows.num_rows else -1
-        self.kernel_rows = conform(self.rows.drop_columns([IT]).append_column(
-            NEW, pa.array(np.zeros(self.rows.num_rows, dtype=bool))), schema)
+        self.kernel_rows = self._kernel_form(self.rows)
+
+    def _kernel_form(self, rows: pa.Table) -> pa.Table:
+        """Stored rows as a step's kernel reads them: :data:`IT` dropped, ``_new`` false, the input's schema."""
+        return conform(rows.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(rows.num_rows, dtype=bool))),
+                       self.schema)
 
     @staticmethod
     def keys(new: Sequence[pa.Table], key: tuple[str, ...]) -> tuple[Callable[[], pa.Table], list[Any] | None]:
@@ -382,8 +386,7 @@ class _Stored:
             its = rows.column(IT).to_numpy(zero_copy_only=False)
             if rows.num_rows and its.max() > i:
                 rows = rows.filter(pa.array(its <= i))
-            rows = rows.drop_columns([IT]).append_column(NEW, pa.array(np.zeros(rows.num_rows, dtype=bool)))
-            return conform(rows, self.schema)
+            return self._kernel_form(rows)
         at = self.sorted.touching_rows(distinct)
         if self.last > i and len(at):
             at = at[self.its[at] <= i]

@@ -56,24 +56,21 @@ def _groupable(t: pa.DataType) -> bool:
 
 def can_sum(table: pa.Table, diff: str) -> bool:
     """Whether ``table``'s ``diff`` column (integers without nulls) sums to no overflow in any
-    order: its largest ``|diff|`` times the rows stays below 2**62."""
+    order (:func:`sums_fit`)."""
     d = table.column(diff)
     if not pa.types.is_integer(d.type) or d.null_count:
         return False
-    try:
-        largest = pc.max(pc.abs_checked(d)).as_py() or 0
-    except pa.ArrowInvalid:  # |INT64_MIN| overflows
-        return False
-    return largest * table.num_rows < _SAFE_SUM
-
-
-def _sums_fit(d: np.ndarray) -> bool:
-    """:func:`can_sum` of an integer column read by :func:`int_values` (no nulls): from its
-    smallest and largest value (Python integers: ``|INT64_MIN|`` does not overflow, and is too
-    large, as there)."""
-    if len(d) == 0:
+    if table.num_rows == 0:
         return True
-    return max(-int(d.min()), int(d.max()), 0) * len(d) < _SAFE_SUM
+    found = pc.min_max(d)
+    return sums_fit(found["min"].as_py(), found["max"].as_py(), table.num_rows)
+
+
+def sums_fit(lo: int, hi: int, n: int) -> bool:
+    """Whether ``n`` integers between ``lo`` and ``hi`` sum to no overflow in any order: the
+    largest ``|value|`` times ``n`` stays below 2**62 (Python integers: ``|INT64_MIN|`` does not
+    overflow here, and is too large)."""
+    return max(-lo, hi, 0) * n < _SAFE_SUM
 
 
 def in_arrow(table: pa.Table, cols: Sequence[str], diff: str = "_d") -> bool:
@@ -122,7 +119,7 @@ def _packed_sums(table: pa.Table, cols: Sequence[str], diff: str) -> pa.Table | 
     50,000) and than DuckDB's above that."""
     column = table.column(diff)
     d = int_values(column)
-    if d is None or not pa.types.is_integer(column.type) or not _sums_fit(d):
+    if d is None or not pa.types.is_integer(column.type) or (len(d) and not sums_fit(int(d.min()), int(d.max()), len(d))):
         return None
     packing = packed_codes(table, cols)
     if packing is None:
