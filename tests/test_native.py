@@ -38,9 +38,10 @@ floats = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5, float("nan")]))
 
 
 @st.composite
-def tables(draw: Any, big_diffs: bool = False) -> pa.Table:
+def tables(draw: Any, big_diffs: bool = False, kinds: list[str] | None = None) -> pa.Table:
     n = draw(st.integers(0, 25))
-    kinds = draw(st.lists(st.sampled_from(["int", "str", "float", "bool"]), min_size=0, max_size=3))
+    if kinds is None:
+        kinds = draw(st.lists(st.sampled_from(["int", "str", "float", "bool"]), min_size=0, max_size=3))
     cols: dict[str, pa.Array] = {}
     for i, kind in enumerate(kinds):
         values = {
@@ -94,9 +95,20 @@ def test_consolidated_near_overflow_matches_or_fails_like_sql(table: pa.Table) -
     assert rows(native.consolidated(table, cols)) == want
 
 
+@st.composite
+def tables_and_keys(draw: Any) -> tuple[pa.Table, pa.Table]:
+    """A table and keys of the same columns (two to three, of groupable types): some of the
+    table's rows and some rows of their own."""
+    kinds = draw(st.lists(st.sampled_from(["int", "str", "bool"]), min_size=2, max_size=3))
+    table, other = draw(tables(kinds=kinds)), draw(tables(kinds=kinds))
+    picked = draw(st.lists(st.integers(0, max(table.num_rows - 1, 0)), max_size=table.num_rows))
+    return table, pa.concat_tables([table.take(pa.array(picked, pa.int64())), other]) if table.num_rows else other
+
+
 @settings(max_examples=80, deadline=None)
-@given(tables(), tables())
-def test_touching_equals_sql_semi_join(table: pa.Table, keys: pa.Table) -> None:
+@given(st.one_of(st.tuples(tables(), tables()), tables_and_keys()))
+def test_touching_equals_sql_semi_join(pair: tuple[pa.Table, pa.Table]) -> None:
+    table, keys = pair
     shared = [c for c in table.column_names if c != "_d" and c in keys.column_names
               and table.schema.field(c).type == keys.schema.field(c).type]
     got = native.touching(table, keys, shared)

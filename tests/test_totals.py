@@ -27,6 +27,21 @@ from spark_differential.kernels.reduce import ReduceParams
 LATS = {"int": Total(), "product2": Product([Total(), Total()])}
 
 
+def _paths(monkeypatch: pytest.MonkeyPatch, sql: bool) -> dict[str, int]:
+    """Counts the numpy path's answers (``sql``: the numpy path declines, so the DuckDB queries answer)."""
+    taken = {"numpy": 0}
+    for name in ("_changes_numpy", "_output_numpy"):
+        real = getattr(K, name)
+
+        def spy(*args: Any, real: Any = real) -> Any:
+            got = None if sql else real(*args)
+            taken["numpy"] += got is not None
+            return got
+
+        monkeypatch.setattr(K, name, spy)
+    return taken
+
+
 def frontiers(rng: random.Random, lat: Any, steps: int, hi: int) -> list[list]:
     out, prev = [], None
     for _ in range(steps):
@@ -44,10 +59,13 @@ def in_future(lat: Any, front: list, t: Any) -> bool:
 
 
 @pytest.mark.parametrize("agg", ["count", "sum"])
-@pytest.mark.parametrize("name", ["int", "product2"])
+@pytest.mark.parametrize("name,path", [("int", "numpy"), ("int", "sql"), ("product2", "")])
 @pytest.mark.parametrize("keyed", [True, False])
 @pytest.mark.parametrize("seed", range(6))
-def test_steps_add_up_to_the_one_shot_output(agg: str, name: str, keyed: bool, seed: int) -> None:
+def test_steps_add_up_to_the_one_shot_output(monkeypatch, agg: str, name: str, path: str, keyed: bool,
+                                             seed: int) -> None:
+    """Integer times by the numpy path and by the DuckDB queries; product times by the lub closure."""
+    taken = _paths(monkeypatch, sql=path == "sql")
     lat = LATS[name]
     rng = random.Random(seed * 7 + len(name) + keyed)
     coll = random_coll(rng, ["k", "x", "y"], rng.randint(5, 40), lat, value_range=3, time_range=(0, 5))
@@ -99,5 +117,69 @@ def test_steps_add_up_to_the_one_shot_output(agg: str, name: str, keyed: bool, s
         totals_trace = defaultdict(lambda: [0, 0, 0], {kt: v for kt, v in moved.items() if any(v)})
     want = ref_count(coll, keys, lat) if agg == "count" else ref_sum(coll, keys, "x", lat)
     assert_updates_equal(consolidate(got), want.updates)
+    if path:  # the path asked for was the one taken
+        assert taken["numpy"] > 0 if path == "numpy" else taken["numpy"] == 0, taken
     # the totals trace is small: at most one row per key and distinct advanced time
     assert len(totals_trace) <= len({(tuple(d[idx[c]] for c in keys), t) for d, t, _ in rows_trace}) + 1
+
+
+def _consolidated(table: pa.Table, value_cols: list[str]) -> list[tuple]:
+    """The rows of ``table`` as sorted tuples, rows equal but for ``value_cols`` summed (zero sums dropped)."""
+    keys_ = [c for c in table.column_names if c not in value_cols]
+    acc: dict[tuple, list[int]] = defaultdict(lambda: [0] * len(value_cols))
+    for r in table.to_pylist():
+        for i, c in enumerate(value_cols):
+            acc[tuple(r[k] for k in keys_)][i] += int(r[c])
+    return sorted(((*k, *v) for k, v in acc.items() if any(v)), key=repr)
+
+
+@pytest.mark.parametrize("agg", ["count", "sum"])
+@pytest.mark.parametrize("seed", range(30))
+def test_the_numpy_path_answers_as_the_sql(agg: str, seed: int) -> None:
+    """Both steps of a totally ordered count or sum, numpy against DuckDB, on random string
+    and integer keys with nulls, null values, multiplicities of any sign, several rows of a
+    ``(key, data, time)``, and old totals of any sign: the same rows."""
+    rng = random.Random(seed)
+    n, keyed = rng.randint(0, 40), seed % 5 != 0
+    key = lambda: None if rng.random() < 0.1 else rng.choice(["a", "b", "c", ""])  # noqa: E731
+    val = lambda: None if rng.random() < 0.2 else rng.randint(-3, 3)  # noqa: E731
+    cols = {"_k0": [key() for _ in range(n)], "_k1": [rng.randint(0, 2) for _ in range(n)],
+            "_a0": [val() for _ in range(n)], "_a1": [rng.choice(["x", "y"]) for _ in range(n)],
+            "_t0": [rng.randint(0, 4) for _ in range(n)], "_d": [rng.choice([-2, -1, 1, 1, 2, 3]) for _ in range(n)],
+            "_new": [rng.random() < 0.5 for _ in range(n)]}
+    if not keyed:
+        del cols["_k0"], cols["_k1"]
+    rows = pa.table(cols, schema=pa.schema([f for f in [
+        pa.field("_k0", pa.string()), pa.field("_k1", pa.int64()), pa.field("_a0", pa.int64()), pa.field("_a1", pa.string()),
+        pa.field("_t0", pa.int64()), pa.field("_d", pa.int64()), pa.field("_new", pa.bool_())] if f.name in cols]))
+    p = ReduceParams(nkeys=2 if keyed else 0, ndata=2, ttype=lib_type(Total()), agg=agg, out_types=(pa.int64(),))
+    delta = K._changes_numpy(p, rows)
+    assert delta is not None
+    assert _consolidated(delta, list(K.TOTALS)) == _consolidated(K._changes_sql(p, rows), list(K.TOTALS))
+    if delta.num_rows == 0:
+        return
+    m = rng.randint(0, 12)  # old totals of the same keys (any values: the function is checked, not the trace)
+    old_cols = {c: delta.column(c).to_pylist() * 3 for c in delta.column_names if c not in K.TOTALS}
+    old = pa.table({**{c: pa.array(v[:m], delta.schema.field(c).type) for c, v in old_cols.items()},
+                    **{c: pa.array([rng.randint(-2, 3) for _ in range(min(m, len(old_cols["_t0"])))], pa.int64())
+                       for c in K.TOTALS}})
+    old = old.set_column(old.schema.get_field_index("_t0"), "_t0",
+                         pa.array([rng.randint(0, 4) for _ in range(old.num_rows)], pa.int64()))
+    delta = delta.cast(pa.schema([delta.schema.field(c) for c in delta.column_names]))
+    got = K._output_numpy(p, delta, old)
+    assert got is not None
+    assert _consolidated(got, ["_d"]) == _consolidated(K._output_sql(p, delta, old), ["_d"])
+
+
+def test_the_numpy_path_declines_what_it_cannot_answer_as_the_sql() -> None:
+    """Floating-point data (SQL groups ``-0.0`` with ``0.0``), a sum over decimals, and
+    multiplicities whose sums might leave int64 go to DuckDB."""
+    rows = pa.table({"_k0": [1, 1], "_a0": [0.0, -0.0], "_t0": [0, 1], "_d": [1, -1], "_new": [True, True]})
+    count = ReduceParams(nkeys=1, ndata=1, ttype=lib_type(Total()), agg="count", out_types=(pa.int64(),))
+    assert K._changes_numpy(count, rows) is None
+    # 0.0 and -0.0 are one row (counted at time 0, gone at 1); two rows would count 1 at time 0 and stay
+    assert _consolidated(K.changes_total(count, rows), list(K.TOTALS)) == [(1, 0, 1, 0, 0), (1, 1, -1, 0, 0)]
+    dec = ReduceParams(nkeys=1, ndata=1, ttype=lib_type(Total()), agg="sum", out_types=(pa.decimal128(10, 2),))
+    assert K._changes_numpy(dec, rows.set_column(1, "_a0", pa.array([1, 2], pa.int64()))) is None
+    big = rows.set_column(1, "_a0", pa.array([1, 2], pa.int64())).set_column(3, "_d", pa.array([2**62, 1], pa.int64()))
+    assert K._changes_numpy(count, big) is None
