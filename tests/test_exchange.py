@@ -91,7 +91,11 @@ def run_tasks(size: int, work: Callable[[Exchange], Any],
                 before(rank, got)
             return got
 
-        ex = Exchange(rank, size, gather, "localhost")
+        try:
+            ex = Exchange(rank, size, gather, "localhost")
+        except BaseException as e:  # noqa: BLE001 - reported to the test (a task that ended before it connected)
+            errors.append(e)
+            return
         try:
             results[rank] = work(ex)
         except BaseException as e:  # noqa: BLE001 - reported to the test
@@ -139,6 +143,27 @@ def test_a_task_that_ends_early_is_an_exchange_error() -> None:
 
     with pytest.raises(ExchangeError, match="task 1 of the loop's key partitions ended"):
         run_tasks(2, work)
+
+
+def test_a_task_that_ended_before_another_connected_is_an_exchange_error() -> None:
+    """Task 1 ends (its server closed) before task 0 connects to it: task 0's exchange fails
+    with the error naming task 1, not a bare refused connection."""
+    gone = threading.Event()
+
+    def before(rank: int, addresses: list[str]) -> None:
+        if rank == 0:
+            assert gone.wait(30)
+
+    def work(ex: Exchange) -> int:
+        if ex.rank == 1:
+            ex.close()
+            gone.set()
+            return 0
+        return ex.total(1)
+
+    with pytest.raises(ExchangeError, match=r"task 1 of the loop's key partitions ended before this task \(task 0\) "
+                                            "connected to it"):
+        run_tasks(2, work, before)
 
 
 def test_a_connection_without_the_tasks_secret_is_closed_unread() -> None:

@@ -165,7 +165,12 @@ class Exchange:
             if q == rank:
                 continue
             h, p, secret = addresses[q].rsplit("|", 2)
-            conn = socket.create_connection((h, int(p)), timeout=120)
+            try:
+                conn = socket.create_connection((h, int(p)), timeout=120)
+            except OSError as e:  # (it ended, or never listened: no exchange can take place)
+                self.close()
+                raise ExchangeError(f"task {q} of the loop's key partitions ended before this task (task {rank}) "
+                                    f"connected to it ({e}); see that task's error") from e
             conn.settimeout(None)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.sendall(_HEADER.pack(rank) + bytes.fromhex(secret))
@@ -285,6 +290,10 @@ class Exchange:
             except OSError:
                 pass
             conn.close()
+        try:  # (a close alone leaves a listener blocked in accept taking connections)
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._server.close()
 
 
