@@ -40,12 +40,6 @@ CONF = {
 # 257 -> 207 CPU seconds; test_sessions' two separate runs (four JVMs) 397 -> 195 s of wall
 # time (the first run shared the machine with other work: part of that is noise).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
-# Python workers fork from a daemon that has loaded what kernel tasks import (tests/preload_daemon.py,
-# importable by the workers through PYTHONPATH, which the JVM passes on to them)
-if os.environ.get("SD_PRELOAD", "1") == "1":
-    os.environ["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)),
-                                                *filter(None, [os.environ.get("PYTHONPATH")])])
-    CONF["spark.python.daemon.module"] = "preload_daemon"
 
 
 def pytest_report_header(config: pytest.Config) -> str:

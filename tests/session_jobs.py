@@ -231,17 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", default="", help="jobs to run with every task failing its first attempt")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Python workers fork from a daemon that has loaded what kernel tasks import (see
-    # tests/preload_daemon.py: every faulty run's failed tasks end their workers)
-    os.environ["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)),
-                                                *filter(None, [os.environ.get("PYTHONPATH")])])
     import spark_differential as sd
 
     spark = sd.session(master=args.master, conf={
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.driver.memory": "1g",
-        "spark.python.daemon.module": "preload_daemon",
     })
     out: dict[str, Any] = {}
     for run, names in (("plain", args.plain), ("faults", args.faults)):
