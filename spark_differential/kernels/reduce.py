@@ -26,7 +26,7 @@ from spark_differential.core.lazy import lazy
 from spark_differential.errors import OutputSchemaError, UserFunctionError
 from spark_differential.kernels import duck, generic, native
 from spark_differential.kernels.common import NEW, StateShape, csv, keys, names, nexts, times, window
-from spark_differential.kernels.stab import sort_packed, stab
+from spark_differential.kernels.stab import running_sums, sort_packed, stab
 
 np = lazy("numpy")
 pa = lazy("pyarrow")
@@ -457,26 +457,10 @@ def _running(Y: pa.Table, a: Sequence[str], t: Sequence[str]) -> tuple[pa.Table,
     ks = native.key_sorted(Y.select([*a, *t, "_d"]), a, then=t) if Y.num_rows else None
     if ks is not None:  # sorted by (a, t), each (a, t) once
         d = ks.table.column("_d").to_numpy()
-        c = _running_sums(ks.codes, d)
+        c = running_sums(ks.codes, d)
         return ks.table.select([*a, *t]), c, c - d
     r = duck.run("running", {"X": Y}, d_cols=csv(a) if a else "0 AS _nodata", t=csv(t), d_window=window(a))
     return r.select([*a, *t]), r.column("_c").to_numpy(), r.column("_p").to_numpy()
-
-
-def _running_sums(data: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """The running sum of ``d`` within each run of equal ``data`` codes (sorted), each row's
-    sum including itself: a data row's multiplicity after each of its times.
-
-    >>> _running_sums(np.array([4, 4, 7, 7, 7]), np.array([1, 2, 1, -1, 3])).tolist()
-    [1, 3, 1, 0, 3]
-    """
-    c = np.cumsum(d)
-    n = len(d)
-    first = np.ones(n, dtype=bool)
-    first[1:] = data[1:] != data[:-1]
-    starts = np.nonzero(first)[0]
-    c -= np.repeat((c - d)[starts], np.diff(np.append(starts, n)))  # the sum before each run
-    return c
 
 
 def _threshold_total_diffs(p: ThresholdParams, Y: pa.Table) -> pa.Table:
@@ -555,7 +539,7 @@ def _threshold_packed(p: ThresholdParams, X: pa.Table) -> pa.Table | None:
     data = code[at] // span
     del code, order
     n = len(rows)
-    c_all, c_old = _running_sums(data, s_all), _running_sums(data, s_old)
+    c_all, c_old = running_sums(data, s_all), running_sums(data, s_old)
 
     def where(i: int) -> str:
         r = int(rows[i % n])

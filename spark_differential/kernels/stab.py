@@ -110,6 +110,40 @@ def dense_ranks(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     return ranks, int(ranks_sorted[-1]) + 1
 
 
+def run_starts(order: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Where each run of rows equal in every one of ``columns`` starts, in ``order`` (rows
+    sorted by those columns).
+
+    >>> run_starts(np.array([0, 1, 2, 3]), [np.array([1, 1, 2, 2]), np.array([5, 6, 6, 6])]).tolist()
+    [0, 1, 2]
+    """
+    head = np.zeros(len(order), dtype=bool)
+    if len(order):
+        head[0] = True
+        for col in columns:
+            s = col[order]
+            head[1:] |= s[1:] != s[:-1]
+    return np.flatnonzero(head)
+
+
+def running_sums(group: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The running sum of ``d`` within each run of equal ``group`` values (rows in order),
+    each row's sum including itself.
+
+    >>> running_sums(np.array([4, 4, 7, 7, 7]), np.array([1, 2, 1, -1, 3])).tolist()
+    [1, 3, 1, 0, 3]
+    """
+    c = np.cumsum(d)
+    n = len(d)
+    if n == 0:
+        return c
+    first = np.ones(n, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    starts = np.nonzero(first)[0]
+    c -= np.repeat((c - d)[starts], np.diff(np.append(starts, n)))  # the sum before each run
+    return c
+
+
 def unique_sorted(values: np.ndarray) -> np.ndarray:
     """The distinct ``values``, ascending (a sort: numpy's hash-based ``unique`` is several
     times slower on millions of int64)."""
@@ -227,13 +261,7 @@ def consolidated_by_key(T: pa.Table, kid: np.ndarray, data: Sequence[str], width
     else:
         key = packed(cols)
         order = np.argsort(key) if key is not None else sort_order(cols)
-    head = np.zeros(n, dtype=bool)
-    if n:
-        head[0] = True
-        for col in [key] if key is not None else cols:  # one comparison when the columns pack
-            s = col[order]
-            head[1:] |= s[1:] != s[:-1]
-    starts = np.nonzero(head)[0]
+    starts = run_starts(order, [key] if key is not None else cols)  # (one comparison when the columns pack)
     d = np.add.reduceat(T.column("_d").to_numpy()[order], starts) if n else np.zeros(0, np.int64)
     keep = d != 0
     if not in_order and len(starts) == n and keep.all():  # consolidated already: the rows as they are

@@ -180,27 +180,10 @@ def _numpy_applies(p: ReduceParams, table: pa.Table, cols: list[str]) -> bool:
 
 
 def _runs(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order sorting rows by ``columns`` (first most significant) and the start of each
-    run of equal rows in that order."""
+    """The order sorting rows by ``columns`` (first most significant) and where each run of
+    equal rows starts in it."""
     order = stab.sort_order(list(columns))
-    head = np.zeros(len(order), dtype=bool)
-    if len(order):
-        head[0] = True
-        for c in columns:
-            s = c[order]
-            head[1:] |= s[1:] != s[:-1]
-    return order, np.flatnonzero(head)
-
-
-def _running(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """The running sums of ``values`` within each run of equal ``group`` (rows in order)."""
-    total = np.cumsum(values)
-    if len(values) == 0:
-        return total
-    head = np.ones(len(group), dtype=bool)
-    head[1:] = group[1:] != group[:-1]
-    before = (total - values)[head]
-    return total - before[np.cumsum(head) - 1]
+    return order, stab.run_starts(order, columns)
 
 
 def _ints(column: pa.ChunkedArray) -> np.ndarray:
@@ -231,7 +214,7 @@ def _changes_numpy(p: ReduceParams, rows: pa.Table) -> pa.Table | None:
     order, starts = _runs(rid, time)
     g_d, g_do = (np.add.reduceat(x[order], starts) if n else x[:0] for x in (d, old))
     g_rid = rid[order][starts]
-    c, co = _running(g_d, g_rid), _running(g_do, g_rid)
+    c, co = stab.running_sums(g_rid, g_d), stab.running_sums(g_rid, g_do)
     pos = np.maximum
     dp = (pos(c, 0) - pos(c - g_d, 0)) - (pos(co, 0) - pos(co - g_do, 0))
     first = order[starts]  # a row of each (k, d, time)
@@ -281,7 +264,7 @@ def _output_numpy(p: ReduceParams, delta: pa.Table, old: pa.Table) -> pa.Table |
     for sign, pick in ((1, None), (-1, is_old)):
         changes = [np.add.reduceat((x if pick is None else np.where(pick, x, 0))[order], starts) if n else x[:0]
                    for x in tot]
-        now = [_running(x, g_kid) for x in changes]
+        now = [stab.running_sums(g_kid, x) for x in changes]
         for sign2, (cnt, s, nn) in ((1, now), (-1, [a - b for a, b in zip(now, changes)])):  # at t, just before
             live = cnt > 0
             value, null = (cnt, np.zeros(len(cnt), dtype=bool)) if p.agg == "count" else (s, nn <= 0)
