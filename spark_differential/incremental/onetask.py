@@ -58,7 +58,7 @@ from spark_differential.incremental.inputs import Guarded, TaskCheck, check_outp
 from spark_differential.incremental.loop import version_output
 from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, ROWS, TOTALS, Operator, part, physical, tag
-from spark_differential.incremental.store import Part, Store, front_part, parquet_files, read_local_files, widened
+from spark_differential.incremental.store import Part, Store, front_part, read_local_files, widened
 from spark_differential.intask.program import Concat, Stateful, fault_hooked
 from spark_differential.intask.query import QueryProgram, record_query
 from spark_differential.intask.relation import Untranslatable, leaves
@@ -73,7 +73,6 @@ from spark_differential.trace.parquet import ParquetPolicy, ParquetTrace
 np = lazy("numpy")
 pa = lazy("pyarrow")
 pc = lazy("pyarrow.compute")
-pq = lazy("pyarrow.parquet")
 log = logging.getLogger("spark_differential.incremental")
 
 OP = "sd.incremental"  # what null checks of the task's inputs name
@@ -377,8 +376,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             trace = StoredTrace(t, slot, side, operator.side(side), arrow_schema(spark, schema, large), names.get(t))
             if root is not None:
                 local = [tuple(f"{root}/{f}" for f in fs) for fs in (kept_files[t], merging)]
-                stored_rows += sum(pq.ParquetFile(f).metadata.num_rows for d in (*local[0], *local[1])
-                                   for f in parquet_files(d))
+                stored_rows += store.local_rows([*local[0], *local[1]])
                 traces.append(dataclasses.replace(trace, kept=local[0], merging=local[1]))
                 continue
             traces.append(trace)

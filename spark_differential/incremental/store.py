@@ -27,6 +27,7 @@ from spark_differential.core import settings
 from spark_differential.core.lattice import Leaves
 from spark_differential.core.lazy import lazy
 from spark_differential.core.session import local_frame
+from spark_differential.core.shipped import collect_mapped
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental.arrow_cache import ArrowCache
@@ -82,6 +83,8 @@ class Store:
         self.inlined: dict[str, pa.Table] = {}
         self.front: int | None = None  # the new frontier the last one-task write's task found (FRONT), if any
         self._empty: dict[str, DataFrame] = {}  # read's empty collections, by schema
+        self._rows: dict[str, int] = {}  # local_rows' counts, by data file (a committed file never changes)
+        self._referenced: dict[str, set[str]] = {}  # clean_up's: the directories each kept manifest names
 
     # -- reading ---------------------------------------------------------------------------
     def manifests(self) -> list[tuple[int, str]]:
@@ -135,6 +138,21 @@ class Store:
         back (the task read no row): the old one."""
         return frontier.after(None) if self.front is None else [(self.front,)]
 
+    def local_rows(self, directories: Sequence[str]) -> int:
+        """The rows of stored directories on this machine (paths as :meth:`local_dirs` gives them),
+        from their Parquet footers; each file's count kept, as a version's files never change
+        (a new attempt writes a new version directory)."""
+        total = 0
+        for d in directories:
+            for f in parquet_files(d):
+                rows = self._rows.get(f)
+                if rows is None:
+                    if len(self._rows) >= 100_000:
+                        self._rows.clear()
+                    rows = self._rows[f] = pq.ParquetFile(f).metadata.num_rows
+                total += rows
+        return total
+
     def size(self, rel: str) -> int:
         """Bytes of a stored directory (relative to the root)."""
         return self.files.size(self.files.join(rel))
@@ -163,7 +181,8 @@ class Store:
         returns the kinds written, no job commit; ``cache``: :func:`writer`'s), else Spark's writer does."""
         root = self.files.local_root() if one_task else None
         if root is not None:
-            return self._written(subdir, wide.mapInArrow(writer(f"{root}/{subdir}", cache), _WRITTEN).collect())
+            return self._written(subdir, collect_mapped(wide, writer(f"{root}/{subdir}", cache), _WRITTEN,
+                                                        f"{root}/{subdir}"))
         wide.write.partitionBy(KIND).parquet(self.files.join(subdir))
         prefix = f"{KIND}="
         return {n[len(prefix):]: f"{subdir}/{n}" for n in self.files.listdir(self.files.join(subdir))
@@ -182,7 +201,8 @@ class Store:
         if root is None:
             return self.write_wide(subdir, rows.mapInArrow(widened(fn, schema), wide))
         write = part_writer(f"{root}/{subdir}", schema, cache)
-        return self._written(subdir, rows.mapInArrow(lambda batches: write(fn(batches)), _WRITTEN).collect())
+        return self._written(subdir, collect_mapped(rows, lambda batches: write(fn(batches)), _WRITTEN,
+                                                    f"{root}/{subdir}"))
 
     def _written(self, subdir: str, rows: Sequence[Any]) -> dict[str, str]:
         """The directories of the kinds :func:`writer`'s tasks say they wrote (``rows``); the rows a
@@ -254,7 +274,12 @@ class Store:
             self.files.delete(self.files.join(MANIFESTS, name))
         live: set[str] = set()
         for _, name in manifests[:keep]:
-            live |= State.from_json(self.files.read_text(self.files.join(MANIFESTS, name))).referenced()
+            if name not in self._referenced:  # (a committed manifest never changes: read once)
+                text = self.files.read_text(self.files.join(MANIFESTS, name))
+                self._referenced[name] = State.from_json(text).referenced()
+            live |= self._referenced[name]
+        for name in set(self._referenced) - {n for _, n in manifests[:keep]}:
+            del self._referenced[name]
         newest = manifests[0][0] if manifests else 0
         for name in self.files.listdir(self.root):
             if VERSION_DIR_RE.match(name) and name not in live and int(name[1:9]) <= newest:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from spark_differential.core.collection import DIFF, TIME, integral_sql, null_guard, null_guard_sql, qcol, quoted
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import PART, SRC
+from spark_differential.core.projections import select_sql
 from spark_differential.core.session import is_connect
 
 np = lazy("numpy")
@@ -54,9 +55,9 @@ def tag_source(d: Any, j: int, cols: Sequence[str], ttype: Any, part: bool = Fal
         if guarded:
             t = null_guard_sql(leaf, [leaf], "time", op)
             diff = null_guard_sql(diff, [quoted(DIFF)], "diff", op)
-        return d.selectExpr(f"{j} AS {SRC}", *[f"{quoted(c)} AS {tag_name(j, i)}" for i, c in enumerate(cols)],
-                            f"{t} AS {tag_name(j, len(cols))}", f"{diff} AS {tag_name(j, len(cols) + 1)}",
-                            *([quoted(PART)] if part else []))
+        return select_sql(d, [f"{j} AS {SRC}", *[f"{quoted(c)} AS {tag_name(j, i)}" for i, c in enumerate(cols)],
+                              f"{t} AS {tag_name(j, len(cols))}", f"{diff} AS {tag_name(j, len(cols) + 1)}",
+                              *([quoted(PART)] if part else [])])
     if not guarded:
         raise ValueError("tag_source: guarded=False needs an integral time")
     enc = [null_guard(leaf, [leaf], "time", op) for leaf in ttype.encode_column(F.col(TIME))]
@@ -126,12 +127,17 @@ def estimated_rows(sources: Sequence[Any]) -> Estimate:
             held = held and ok
             continue
         try:
-            plan = df._jdf.queryExecution().optimizedPlan()
-            held = held and _held(plan)
-            stats = plan.stats()
-            count = stats.rowCount()
-            rows = int(str(count.get())) if count.isDefined() else _rows_of_size(int(str(stats.sizeInBytes())),
-                                                                                  len(df.columns))
+            execution = df._jdf.queryExecution()
+            local = _local_relation(execution.withCachedData())
+            if local is not None:  # (what the optimizer makes of it: that relation, its rows known)
+                rows = int(str(local.stats().rowCount().get()))
+            else:
+                plan = execution.optimizedPlan()
+                held = held and _held(plan)
+                stats = plan.stats()
+                count = stats.rowCount()
+                rows = int(str(count.get())) if count.isDefined() else _rows_of_size(
+                    int(str(stats.sizeInBytes())), len(df.columns))
         except Exception:  # noqa: BLE001 - a session without plan statistics: no estimate
             held = False
             rows = 0
@@ -141,6 +147,21 @@ def estimated_rows(sources: Sequence[Any]) -> Estimate:
     bounds = [held_rows(df) for df in unknown]
     bound = None if None in bounds else total + sum(b or 0 for b in bounds)
     return Estimate(total, held, not unknown, bound)
+
+
+def _local_relation(plan: Any) -> Any:
+    """The ``LocalRelation`` a plan (before optimisation) only renames or projects, whose row
+    count Spark knows (local rows: ``createDataFrame`` of pandas or Arrow); else ``None``.
+    The optimizer folds such a projection into a local relation of the same rows, so its row
+    count is the optimized plan's, found without optimising (a few ms a source)."""
+    while plan.nodeName() in ("Project", "SubqueryAlias"):
+        children = plan.children()
+        if children.size() != 1:
+            return None
+        plan = children.apply(0)
+    if plan.nodeName() != "LocalRelation" or not plan.stats().rowCount().isDefined():
+        return None
+    return plan
 
 
 def _rows_of_size(size: int | float, columns: int) -> int:
