@@ -8,7 +8,6 @@ import re
 import subprocess
 
 import background
-import pytest
 from helpers import rows_of
 
 import spark_differential  # noqa: F401
@@ -42,22 +41,22 @@ def _run(args: list[str], timeout: int = 900) -> str:
     return proc.stdout
 
 
-background.register(__name__, "test_bfs_example_on_local_cluster", lambda: _run([
+background.register(__name__, "test_bfs_example", lambda: _run([
     "examples/bfs.py", "--nodes", "12", "--edges", "24", "--changes", "12", "--check", "6",
-    "--master", "local-cluster[2,1,1024]", "--partitions", "4", "--local-rows", "1000000",
-]), seconds=26)
+    "--master", "local[2]", "--partitions", "4", "--local-rows", "1000000",
+]), seconds=20)
 background.register(__name__, "test_reachability_example", lambda: _run([
     "examples/reachability.py", "--nodes", "20", "--edges", "40", "--roots", "3", "--changes", "20",
     "--check", "8", "--master", "local[2]",
 ]), seconds=15)
 
 
-@pytest.mark.cluster
-def test_bfs_example_on_local_cluster(request):
-    """Two executor JVMs with their own Python workers: no state may live on the driver.  The
-    example's loop runs inside one task; the distributed loop, iteration by iteration, runs on
-    local-cluster in ``test_sessions.py::test_join_count_on_local_cluster_also_with_retried_tasks``.
-    (Run beside the suite's other separate processes: ``background``.)"""
+def test_bfs_example(request):
+    """The example as a user runs it, in a process of its own (beside the suite's other
+    separate processes: ``background``); its loop inside one task and distributed, against
+    BFS recomputed at sampled times.  Both loop paths also run on ``local-cluster`` (executor
+    JVMs with their own Python workers: no state on the driver) in
+    ``test_sessions.py::test_join_count_on_local_cluster_also_with_retried_tasks``."""
     out = background.result(request)
     assert "distance changes" in out and "OK" in out
 

@@ -6,9 +6,8 @@
   (in a separate process, ``tests/session_jobs.py``) for a join+count, in one task (a
   small pipeline, ``spark_differential.intask.pipeline``) and operator by operator, also with its
   kernels failing their first attempt, a BFS iteration by iteration (the distributed loop),
-  in slices of time and in key partitions, and an incremental view's updates each in one
-  task; the BFS example runs on local-cluster inside one task in
-  ``test_docs_examples.py::test_bfs_example_on_local_cluster``.
+  inside one task, in slices of time and in key partitions, and an incremental view's
+  updates each in one task.
 * Task failures and retries under ``local[2,3]``: every kernel task of a join+count
   (in one task and operator by operator), of a distributed BFS and of an incremental view's
   one-task updates fails its first attempt (the test-only
@@ -91,7 +90,7 @@ RUNS = {
         "local[2,3]", "bfs_in_task",
         "join_count,join_count_by_operator,reduce,bfs,bfs_in_task,bfs_chunked,bfs_sliced,bfs_keys,view_join_count"),
     "test_join_count_on_local_cluster_also_with_retried_tasks": (
-        "local-cluster[2,1,1024]", "join_count,join_count_by_operator,bfs,bfs_sliced,bfs_keys,view_join_count",
+        "local-cluster[2,1,1024]", "join_count,join_count_by_operator,bfs,bfs_in_task,bfs_sliced,bfs_keys,view_join_count",
         "join_count,join_count_by_operator"),
 }
 
@@ -209,6 +208,10 @@ def test_join_count_on_local_cluster_also_with_retried_tasks(session_run):
     assert_updates_equal(updates(loop), expected("bfs").updates)
     assert changes(loop["log"]) and changes(loop["log"])[-1] == 0, loop["log"]
     assert not any("inside one task" in m for m in loop["log"]), loop["log"]
+    # the loop inside one task, on either executor
+    one = out["bfs_in_task"]["plain"]
+    assert_updates_equal(updates(one), expected("bfs_in_task").updates)
+    assert any("inside one task" in m for m in one["log"]), one["log"]
     # a loop in slices of time, each slice's task on either executor
     sliced = out["bfs_sliced"]["plain"]
     assert_updates_equal(updates(sliced), expected("bfs_sliced").updates)
