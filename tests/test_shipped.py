@@ -111,19 +111,24 @@ def test_select_sql_parses_once(spark) -> None:
     assert select_sql(spark.range(3), exprs).collect() == spark.range(3).selectExpr(*exprs).collect()
 
 
-def test_estimated_rows_of_local_rows_without_optimising(spark) -> None:
+def test_estimated_rows_of_local_rows_without_optimising(spark, monkeypatch) -> None:
     """(Classic: plans.)"""
     import pandas as pd
 
     local = spark.createDataFrame(pd.DataFrame({"a": range(37), "b": 1}))
     renamed = local.selectExpr("a AS x", "b + 1 AS y").withColumnRenamed("x", "z").alias("t")
+    optimized: list[Any] = []  # the optimized path's plans (_held reads each): none for local rows
+    held = sources._held
+    monkeypatch.setattr(sources, "_held", lambda plan: optimized.append(plan) or held(plan))
     for df in (local, renamed):
         assert sources._local_relation(df._jdf.queryExecution().withCachedData()) is not None
         assert sources.estimated_rows([df]) == sources.Estimate(37, True, True, 37)
     assert sources.estimated_rows([local, renamed]).rows == 74
+    assert optimized == []
     # a filter: the optimizer's estimate as before (no local relation is only projected)
     filtered = local.where("a < 5")
     assert sources._local_relation(filtered._jdf.queryExecution().withCachedData()) is None
-    optimized = filtered._jdf.queryExecution().optimizedPlan().stats().rowCount().get()
-    assert sources.estimated_rows([filtered]).rows == int(str(optimized)) == 5
+    count = filtered._jdf.queryExecution().optimizedPlan().stats().rowCount().get()
+    assert sources.estimated_rows([filtered]).rows == int(str(count)) == 5
+    assert len(optimized) == 1
     assert sources._local_relation(spark.range(4)._jdf.queryExecution().withCachedData()) is None
