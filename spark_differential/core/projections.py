@@ -15,18 +15,16 @@ client builds a request, the server parses).
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from spark_differential.core.session import is_connect
+from spark_differential.core.session import is_connect, kept
 
 # projections kept per session (a view keeps a few: one per input, the run row, ...)
 _KEPT = 256
 
 _kept: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Any]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
 
 
 def select_sql(df: Any, exprs: Sequence[str]) -> Any:
@@ -44,14 +42,6 @@ def select_sql(df: Any, exprs: Sequence[str]) -> Any:
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
-    key = tuple(exprs)
-    with _lock:
-        kept = _kept.setdefault(spark, {})
-        seq = kept.get(key)
-    if seq is None:
-        seq = spark.sparkContext._jvm.PythonUtils.toSeq([F.expr(e)._jc for e in exprs])
-        with _lock:
-            if len(kept) >= _KEPT:
-                kept.clear()
-            kept[key] = seq
+    seq = kept(_kept, spark, tuple(exprs),
+               lambda: spark.sparkContext._jvm.PythonUtils.toSeq([F.expr(e)._jc for e in exprs]), _KEPT)
     return DataFrame(df._jdf.select(seq), spark)

@@ -164,6 +164,26 @@ def _connect_session(remote: str, app_name: str, extra: dict[str, str]) -> Any:
     return spark
 
 
+_kept_lock = threading.Lock()
+
+
+def kept(table: weakref.WeakKeyDictionary[Any, dict[Any, Any]], spark: Any, key: Any, make: Any,
+         limit: int) -> Any:
+    """``table``'s object for ``key`` in session ``spark`` (JVM objects that can be reused in
+    that session, such as a parsed projection or a Python UDF), made by ``make()`` on first use;
+    at most ``limit`` kept per session (all dropped when full)."""
+    with _kept_lock:
+        mine = table.setdefault(spark, {})
+        found = mine.get(key)
+    if found is None:
+        found = make()
+        with _kept_lock:
+            if len(mine) >= limit:
+                mine.clear()
+            mine[key] = found
+    return found
+
+
 def is_connect(obj: Any) -> bool:
     """Whether a SparkSession or DataFrame is Spark Connect's (no JVM objects in this process)."""
     return type(obj).__module__.startswith("pyspark.sql.connect")

@@ -24,13 +24,12 @@ filesystem its tasks run on). On Spark Connect (no local properties, no JVM here
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from spark_differential.core.session import is_connect
+from spark_differential.core.session import is_connect, kept
 
 # the local property naming the file that holds a job's function
 FUNCTION_PROPERTY = "spark_differential.function"
@@ -38,7 +37,6 @@ FUNCTION_PROPERTY = "spark_differential.function"
 _KEPT = 64
 
 _udfs: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], str], Any]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
 
 
 def _run_shipped(batches: Iterator[Any]) -> Iterator[Any]:
@@ -65,20 +63,12 @@ def _udf_column(df: Any, schema: Any) -> Any:
     from pyspark.sql.pandas.functions import pandas_udf
     from pyspark.util import PythonEvalType
 
-    spark = df.sparkSession
-    key = (tuple(df.columns), schema.json())
-    with _lock:
-        kept = _udfs.setdefault(spark, {})
-        column = kept.get(key)
-    if column is None:
+    def make() -> Any:
         udf = pandas_udf(_run_shipped, returnType=schema,  # type: ignore[call-overload]
                          functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
-        column = udf(*[F.col(f"`{c.replace('`', '``')}`") for c in df.columns])
-        with _lock:
-            if len(kept) >= _KEPT:
-                kept.clear()
-            kept[key] = column
-    return column
+        return udf(*[F.col(f"`{c.replace('`', '``')}`") for c in df.columns])
+
+    return kept(_udfs, df.sparkSession, (tuple(df.columns), schema.json()), make, _KEPT)
 
 
 def collect_mapped(df: Any, fn: Callable[[Iterator[Any]], Iterator[Any]], schema: Any, directory: str) -> list[Any]:
