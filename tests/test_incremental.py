@@ -349,7 +349,7 @@ def test_joins_and_reductions_in_successive_updates(spark, tmp_path, caplog, mon
     if where == "one_task_indexed":  # the traces were read through indexes, built by these updates
         cache = ArrowCache.default(1)
         assert cache is not None
-        built = [e for e in os.scandir(cache.directory)
+        built = [e for folder in os.scandir(cache.directory) if folder.is_dir() for e in os.scandir(folder.path)
                  if e.name.endswith(INDEX_SUFFIX) and e.stat().st_mtime >= started - 1]
         assert built
     want = expected(ref_many(lat), inputs, steps[-1][0], lat)
@@ -421,6 +421,26 @@ def test_bfs_with_dd_iterate_over_a_changing_graph(spark, tmp_path) -> None:
     want = expected(ref, inputs, steps[-1][0], lat)
     assert want, "the graph should give some distances"
     assert_updates_equal(consolidate(got), want)
+
+
+def test_deleted_versions_take_their_arrow_copies_with_them(spark, tmp_path, monkeypatch) -> None:
+    """A one-task update leaves Arrow copies of the files it writes (``arrow_cache``), in a folder
+    per stored directory; deleting an old version deletes its copies too, so the copies a
+    long-running view holds follow its live versions, not every version it wrote."""
+    cache = ArrowCache(str(tmp_path / "cache"), 1 << 30)
+    monkeypatch.setattr(ArrowCache, "default", staticmethod(lambda *a, **k: cache))
+    rng = random.Random(11)
+    edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 8, 14, 9).updates))
+    inputs = {"roots": Coll(("node",), [((0,), 0, 1)]), "edges": edges}
+    steps = schedule(rng, Total(), inputs, 6, 10)
+    path = tmp_path / "bfs"
+    run_view(spark, str(path), bfs_view, inputs, steps, Total())
+    stored = {cache._folder(root) for root, _, files in os.walk(os.path.realpath(path))
+              if any(f.endswith(".parquet") for f in files)}
+    folders = {e.path for e in os.scandir(cache.directory) if e.is_dir()}
+    assert folders, "the updates ran in one task and kept copies"
+    assert folders <= stored, "copies of deleted versions' files are left"
+    assert len([d for d in os.listdir(path) if d.startswith("v")]) < len(steps)  # old versions were deleted
 
 
 # -- batch ids, late updates, resuming, schemas ------------------------------------------------

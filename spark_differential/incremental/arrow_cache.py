@@ -23,8 +23,13 @@ that count says the limit would be passed or :data:`RESCAN_SECONDS` have passed 
 processes write there too: they may pass the limit by what they wrote in that time, until
 a listing catches it).  A listing that deletes leaves the copies at most :data:`LOW_WATER`
 of the limit, so a full directory is not listed again at every copy.
-A copy of a file that changed has another name, so it is never read for it; copies of
-files that are gone are deleted in their turn.  ``spark_differential.incremental.arrowCacheBytes``
+A copy of a file that changed has another name, so it is never read for it.  The copies of
+the files of one directory sit in a folder of their own (named by the directory), which
+:meth:`ArrowCache.forget` deletes with the directory: a view deleting an old version
+deletes its copies at once (:meth:`~spark_differential.incremental.store.Store.clean_up`), so
+a long-running view holds the copies of its live versions, not of every version it wrote
+(a listing of tens of thousands of dead copies cost 0.17-0.35 s a minute); copies of files
+gone otherwise are deleted in their turn.  ``spark_differential.incremental.arrowCacheBytes``
 sets the limit (``0`` turns the copies off): :func:`spark_differential.core.settings.arrow_cache_bytes`.
 """
 
@@ -66,8 +71,11 @@ class ArrowCache:
     [{'v': 'a'}, {'v': 'b'}]
     >>> cache.read(f"{d}/f.parquet", ["v"]).to_pylist()        # mapped from the copy
     [{'v': 'a'}, {'v': 'b'}]
-    >>> len(os.listdir(f"{d}/cache"))
+    >>> sum(len(files) for _, _, files in os.walk(f"{d}/cache"))
     1
+    >>> cache.forget(d)                                         # the directory's copies deleted
+    >>> sum(len(files) for _, _, files in os.walk(f"{d}/cache"))
+    0
     """
 
     directory: str
@@ -88,8 +96,40 @@ class ArrowCache:
             st = os.stat(file)
         except OSError:
             return None
-        key = f"{os.path.realpath(file)}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0" + "\0".join(columns)
-        return os.path.join(self.directory, hashlib.sha1(key.encode("utf-8")).hexdigest() + suffix)
+        real = os.path.realpath(file)
+        key = f"{real}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0" + "\0".join(columns)
+        return os.path.join(self._folder(os.path.dirname(real)), hashlib.sha1(key.encode("utf-8")).hexdigest() + suffix)
+
+    def _folder(self, directory: str) -> str:
+        """Where the copies of the files of ``directory`` (a real path) sit."""
+        return os.path.join(self.directory, hashlib.sha1(directory.encode("utf-8")).hexdigest()[:20])
+
+    def forget(self, directory: str) -> None:
+        """Delete the copies (and indexes) of the files under ``directory``, a stored directory
+        about to be deleted (on this machine); nothing happens where there are none."""
+        removed = 0
+        for root, _, files in os.walk(os.path.realpath(directory)):
+            if not files:
+                continue
+            folder = self._folder(root)
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    size = entry.stat().st_size
+                    os.remove(entry.path)
+                    removed += size
+                except OSError:
+                    pass
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+        if removed and self.directory in _listed:
+            listed, total = _listed[self.directory]
+            _listed[self.directory] = (listed, max(0, total - removed))
 
     def read(self, file: str, columns: Sequence[str]) -> pa.Table:
         """``file``'s ``columns``: mapped from its copy, or read with pyarrow and copied."""
@@ -136,6 +176,7 @@ class ArrowCache:
             return
         os.makedirs(self.directory, exist_ok=True)
         self._make_room(table.nbytes)
+        os.makedirs(os.path.dirname(name), exist_ok=True)
         tmp = f"{name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
@@ -163,12 +204,23 @@ class ArrowCache:
         """When the copies take more than ``room`` bytes, delete the least recently used until
         they take at most ``low``; the bytes left."""
         entries = []
-        for entry in os.scandir(self.directory):
-            try:
-                st = entry.stat()
-            except OSError:
-                continue
-            entries.append((st.st_mtime_ns, st.st_size, entry.path))
+        for top in _scan(self.directory):
+            if top.is_dir(follow_symlinks=False):
+                files = _scan(top.path)
+                if not files:  # (a folder emptied by deletions, not one just made for a copy: gone too)
+                    try:
+                        if time.time() - top.stat().st_mtime > RESCAN_SECONDS:
+                            os.rmdir(top.path)
+                    except OSError:
+                        pass
+            else:  # (a copy written before copies sat in folders)
+                files = [top]
+            for entry in files:
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                entries.append((st.st_mtime_ns, st.st_size, entry.path))
         total = sum(size for _, size, _ in entries)
         if total <= room:
             return total
@@ -181,6 +233,14 @@ class ArrowCache:
                 pass
             total -= size
         return total
+
+
+def _scan(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of ``directory`` (none when it is gone)."""
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
 
 
 __all__ = ["ArrowCache"]

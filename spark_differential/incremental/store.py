@@ -85,6 +85,7 @@ class Store:
         self._empty: dict[str, DataFrame] = {}  # read's empty collections, by schema
         self._rows: dict[str, int] = {}  # local_rows' counts, by data file (a committed file never changes)
         self._referenced: dict[str, set[str]] = {}  # clean_up's: the directories each kept manifest names
+        self._cache: ArrowCache | None = None  # the Arrow copies the last update's task kept (clean_up forgets)
 
     # -- reading ---------------------------------------------------------------------------
     def manifests(self) -> list[tuple[int, str]]:
@@ -225,7 +226,8 @@ class Store:
         under the session's settings; ``None`` when the view is not on this machine's filesystem."""
         if self.files.local_root() is None:
             return None
-        return ArrowCache.default(settings.arrow_cache_bytes(self.spark), settings.index_rows(self.spark))
+        self._cache = ArrowCache.default(settings.arrow_cache_bytes(self.spark), settings.index_rows(self.spark))
+        return self._cache
 
     def local_dirs(self, rels: Sequence[str]) -> list[str] | None:
         """Stored directories (relative to the root) as paths of this machine's filesystem, where
@@ -268,7 +270,9 @@ class Store:
         self.files.write_text_atomic(self.files.join(MANIFESTS, f"v{state.version:08d}.json"), state.to_json())
 
     def clean_up(self, keep: int) -> None:
-        """Keep the newest ``keep`` versions; delete older manifests, then the directories none of them uses."""
+        """Keep the newest ``keep`` versions; delete older manifests, then the directories none of them
+        uses, with the Arrow copies of their files an update's task kept on this machine
+        (:meth:`ArrowCache.forget <spark_differential.incremental.arrow_cache.ArrowCache.forget>`)."""
         manifests = self.manifests()
         for _, name in manifests[keep:]:
             self.files.delete(self.files.join(MANIFESTS, name))
@@ -283,6 +287,9 @@ class Store:
         newest = manifests[0][0] if manifests else 0
         for name in self.files.listdir(self.root):
             if VERSION_DIR_RE.match(name) and name not in live and int(name[1:9]) <= newest:
+                local = self.local_dirs([name]) if self._cache is not None else None
+                if local is not None and self._cache is not None:
+                    self._cache.forget(local[0])
                 self.files.delete(self.files.join(name))
         for name in self.files.listdir(self.files.join(MANIFESTS)):
             if name.endswith(".tmp") or name.endswith(".tmp.crc"):
