@@ -121,14 +121,23 @@ def test_estimated_rows_of_local_rows_without_optimising(spark, monkeypatch) -> 
     held = sources._held
     monkeypatch.setattr(sources, "_held", lambda plan: optimized.append(plan) or held(plan))
     for df in (local, renamed):
-        assert sources._local_relation(df._jdf.queryExecution().withCachedData()) is not None
+        assert sources._local_rows(df._jdf.queryExecution().withCachedData()) == 37
         assert sources.estimated_rows([df]) == sources.Estimate(37, True, True, 37)
     assert sources.estimated_rows([local, renamed]).rows == 74
     assert optimized == []
     # a filter: the optimizer's estimate as before (no local relation is only projected)
     filtered = local.where("a < 5")
-    assert sources._local_relation(filtered._jdf.queryExecution().withCachedData()) is None
+    assert sources._local_rows(filtered._jdf.queryExecution().withCachedData()) is None
     count = filtered._jdf.queryExecution().optimizedPlan().stats().rowCount().get()
     assert sources.estimated_rows([filtered]).rows == int(str(count)) == 5
     assert len(optimized) == 1
-    assert sources._local_relation(spark.range(4)._jdf.queryExecution().withCachedData()) is None
+    assert sources._local_rows(spark.range(4)._jdf.queryExecution().withCachedData()) is None
+    # no rows, and a projection whose text spans lines (a string literal holding a newline): the
+    # optimizer's path for the latter, the same rows either way
+    import pyarrow as pa
+
+    empty = spark.createDataFrame(pa.table({"a": pa.array([], pa.int64())}))
+    assert sources._local_rows(empty._jdf.queryExecution().withCachedData()) == 0
+    multi = local.selectExpr("a", "'x\\ny' AS s")
+    assert sources._local_rows(multi._jdf.queryExecution().withCachedData()) is None
+    assert sources.estimated_rows([multi]).rows == 37 and len(optimized) == 2

@@ -128,9 +128,9 @@ def estimated_rows(sources: Sequence[Any]) -> Estimate:
             continue
         try:
             execution = df._jdf.queryExecution()
-            local = _local_relation(execution.withCachedData())
+            local = _local_rows(execution.withCachedData())
             if local is not None:  # (what the optimizer makes of it: that relation, its rows known)
-                rows = int(str(local.stats().rowCount().get()))
+                rows = local
             else:
                 plan = execution.optimizedPlan()
                 held = held and _held(plan)
@@ -149,19 +149,22 @@ def estimated_rows(sources: Sequence[Any]) -> Estimate:
     return Estimate(total, held, not unknown, bound)
 
 
-def _local_relation(plan: Any) -> Any:
-    """The ``LocalRelation`` a plan (before optimisation) only renames or projects, whose row
-    count Spark knows (local rows: ``createDataFrame`` of pandas or Arrow); else ``None``.
-    The optimizer folds such a projection into a local relation of the same rows, so its row
-    count is the optimized plan's, found without optimising (a few ms a source)."""
-    while plan.nodeName() in ("Project", "SubqueryAlias"):
-        children = plan.children()
-        if children.size() != 1:
-            return None
-        plan = children.apply(0)
-    if plan.nodeName() != "LocalRelation" or not plan.stats().rowCount().isDefined():
+def _local_rows(plan: Any) -> int | None:
+    """The rows of a plan (before optimisation) that only renames or projects a ``LocalRelation``
+    (local rows: ``createDataFrame`` of pandas or Arrow); else ``None``.  The optimizer folds
+    such a projection into a local relation of the same rows, so this is the optimized plan's
+    row count, found without optimising (a few ms a source), in three round trips: the plan's
+    tree as text (each line one of those nodes, else ``None``) and its ``maxRows``, which those
+    nodes pass up from the relation's row count."""
+    lines = [line for line in str(plan.treeString()).splitlines() if line.strip()]
+    nodes = [_TREE_PREFIX.sub("", line).split(" ", 1)[0] for line in lines]
+    if not nodes or nodes[-1] != "LocalRelation" or any(n not in ("Project", "SubqueryAlias") for n in nodes[:-1]):
         return None
-    return plan
+    rows = plan.maxRows()
+    return int(str(rows.get())) if rows.isDefined() else None
+
+
+_TREE_PREFIX = re.compile(r"^[\s:|+-]*")  # a tree string's indentation and branches ("   +- ")
 
 
 def _rows_of_size(size: int | float, columns: int) -> int:
