@@ -287,8 +287,7 @@ class Store:
         newest = manifests[0][0] if manifests else 0
         for name in self.files.listdir(self.root):
             if VERSION_DIR_RE.match(name) and name not in live and int(name[1:9]) <= newest:
-                local = self.local_dirs([name]) if self._cache is not None else None
-                if local is not None and self._cache is not None:
+                if self._cache is not None and (local := self.local_dirs([name])) is not None:
                     self._cache.forget(local[0])
                 self.files.delete(self.files.join(name))
         for name in self.files.listdir(self.files.join(MANIFESTS)):
