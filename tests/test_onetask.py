@@ -81,3 +81,37 @@ def test_the_part_writer_stores_what_the_writer_stores_from_the_padded_rows(tmp_
         assert pq.read_table(a).equals(pq.read_table(b)), kind
     assert pq.read_table(parquet_files(f"{tmp_path}/a/_sd_kind=s0_0c")[0]).to_pylist() == [
         {"_sd_s0_0_0": 8, "_sd_s0_0_1": 20}]
+
+
+def test_kept_trace_scans_its_small_files_together_and_reads_a_large_one_by_its_index(tmp_path, monkeypatch) -> None:
+    """A stored trace is a compacted file and a file per version since: a task reads the rows of
+    the touched keys from the files too small to index with one scan over them all (a scan's
+    fixed cost, paid once, not once a file), and from a file the cache indexes by binary search."""
+    from spark_differential.incremental.arrow_cache import ArrowCache
+    from spark_differential.incremental.onetask import Kept
+    from spark_differential.kernels import native
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+    big = pa.table({"k": list(range(300)), "v": [f"b{i}" for i in range(300)]}, schema=schema)
+    smalls = [pa.table({"k": [i, i + 1, 7], "v": [f"s{j}"] * 3}, schema=schema) for j, i in enumerate((1, 5, 9))]
+    paths = []
+    for j, t in enumerate([big, *smalls]):
+        paths.append(str(tmp_path / f"f{j}.parquet"))
+        pq.write_table(t, paths[-1])
+    scans = []
+    real = native.touching
+    monkeypatch.setattr(native, "touching", lambda t, keys, cols: scans.append(t.num_rows) or real(t, keys, cols))
+    keys = pa.table({"k": [2, 7, 10, 999]})
+    want = sorted(r for t in [big, *smalls] for r in zip(*real(t, keys, ["k"]).to_pydict().values()))
+
+    def got(kept: Kept) -> list:
+        return sorted(zip(*kept.touching(keys, ["k"]).to_pydict().values()))
+
+    assert got(Kept(list(zip(paths, [big, *smalls])), schema)) == want
+    assert scans == [309]  # one scan, no cache: every file's rows in it
+    scans.clear()
+    cache = ArrowCache(str(tmp_path / "cache"), 1 << 22, index_rows=100)
+    assert got(Kept(list(zip(paths, [big, *smalls])), schema, cache)) == want
+    # the large file by its index (whose hash lookup leaves 3 candidate rows, then checked), the
+    # small files together
+    assert scans == [3, 9]

@@ -136,10 +136,15 @@ class Kept:
         """The rows whose ``cols`` some row of ``keys`` has (:func:`~spark_differential.kernels.native.touching`):
         binary search in the index of a file the cache indexes (one of at least its ``index_rows``
         rows), a scan of the others."""
-        parts = []
+        parts, scanned = [], []
         for f, t in self.files:
             index = self.cache.index(f, t, cols) if self.cache is not None and f else None
-            parts.append(index.touching(t, keys) if index is not None else native.touching(t, keys, cols))
+            if index is not None:
+                parts.append(index.touching(t, keys))
+            else:
+                scanned.append(t)
+        if scanned:  # one scan over the others together
+            parts.append(native.touching(concat_tables(scanned, self.schema), keys, cols))
         return concat_tables(parts, self.schema)
 
 
