@@ -5,7 +5,7 @@ What is measured
     of ``--edges`` edges on ``--nodes`` nodes, ``--changes`` edge changes per update): the
     changes of updates ``0 .. --history`` delivered as **one first update** of a view's loop
     (frontier ``history + 1``), then ``--later`` updates of ``--changes`` changes each.  The
-    loop is recorded once as a view records it (``view_loop.record``, no Spark job) and each
+    loop is recorded once as a view records it (``loop_driver.record``, no Spark job) and each
     update is :func:`spark_differential.incremental.loop.loop_update` called directly on Arrow
     tables in this process: what the view's one task does, without Spark's scheduling
     around it.  Per update: CPU seconds of this process (``time.process_time``), the rows
@@ -56,6 +56,7 @@ def main() -> int:
     from spark_differential.core import lattice as L
     from spark_differential.core.collection import inspect
     from spark_differential.incremental import loop as view_loop
+    from spark_differential.incremental.loop_driver import record as record_loop
     from spark_differential.intask import step as intask_step
 
     spark = sd.session(master="local[1]")
@@ -69,7 +70,7 @@ def main() -> int:
                 .select(F.col("dst").alias("node"), (F.col("dist") + 1).alias("dist"), "time", "diff")
                 .dd_concat(start, consolidate=False).dd_min(by="node", col="dist"))
 
-    program, sources = view_loop.record(start, inspect(start, op="bench"), body, None)
+    program, sources = record_loop(start, inspect(start, op="bench"), body, None)
     kinds = ["roots" if "dst" not in s.columns else "edges" for s in sources]
     ups = edge_updates(args.nodes, args.edges, args.changes * (args.history + args.later * args.batch),
                        batch=args.changes, seed=args.seed)

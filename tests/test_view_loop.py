@@ -38,6 +38,7 @@ from spark_differential.core.collection import inspect
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import loop as view_loop
 from spark_differential.incremental.files import Files
+from spark_differential.incremental.loop_driver import record as record_loop
 from spark_differential.intask import iteration
 from spark_differential.intask import step as intask_step
 
@@ -90,7 +91,7 @@ def recorded(spark) -> dict[tuple[str, str], tuple[Any, list[str]]]:
         edges = spark.createDataFrame([], f"src long, dst long, time {tt}, diff long")
         for body_name, make in BODIES.items():
             start, body = make(roots, edges)
-            program, sources = view_loop.record(start, inspect(start, op="test"), body, None)
+            program, sources = record_loop(start, inspect(start, op="test"), body, None)
             kinds = ["roots" if "dst" not in s.columns else "edges" for s in sources]
             out[(name, body_name)] = (program, kinds)
     return out

@@ -4,7 +4,7 @@ On ``(data, time, diff)``: the same update as a loop kept in a view always makes
 (:mod:`spark_differential.incremental.loop`, whose docstring argues why it is exact): the
 change of the loop's fixed point from the changes of its sources (its roots and the outer
 collections its body reads) and its stored per-iteration traces, in one task that writes the
-whole version (:func:`~spark_differential.incremental.loop.write_version`).
+whole version (:func:`~spark_differential.incremental.loop_driver.write_version`).
 
 What differs is the driver's work.  There the query is called at every update on the
 update's changes, and the loop's body recorded again (about a quarter of a small update's
@@ -39,7 +39,8 @@ from spark_differential.core.names import SRC
 from spark_differential.engine.call import Below, ConcatCall, LoopCall, StatefulCall, handling
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.inputs import TaskCheck
-from spark_differential.incremental.loop import Derived, Local, LoopUpdate, loop_operator, record, specs
+from spark_differential.incremental.loop import Derived, Local, specs
+from spark_differential.incremental.loop_driver import LoopUpdate, loop_operator, record
 from spark_differential.incremental.storage import Operator, tag
 from spark_differential.intask.program import Program
 from spark_differential.intask.query import QueryRecorder
@@ -71,7 +72,7 @@ class LoopQuery:
 
 class _Recorder(QueryRecorder):
     """Records a query that is one ``dd_iterate`` over the inputs' time type (the loop's body by
-    :func:`~spark_differential.incremental.loop.record`); any other operator is refused."""
+    :func:`~spark_differential.incremental.loop_driver.record`); any other operator is refused."""
 
     def __init__(self, spark: Any, ttype: TimeType) -> None:
         super().__init__(spark, ttype.width)

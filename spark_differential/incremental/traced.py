@@ -57,7 +57,7 @@ update returns (``o``: the output changes at times not in the future of the new 
 whose frontier passes them: so the union of all returned outputs telescopes to the
 one-shot output), the totals traces' newest files and the traces' merges.  A query that is
 one ``dd_iterate`` over an integral time, returning the loop's change as it is, is one job:
-the loop's task writes the whole version (:func:`~spark_differential.incremental.loop.write_version`).
+the loop's task writes the whole version (:func:`~spark_differential.incremental.loop_driver.write_version`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ from spark_differential.incremental import onetask
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import Guarded, check_output, data_fields, resolved
 from spark_differential.incremental.lift import in_future
-from spark_differential.incremental.loop import loop_in_view, write_version
+from spark_differential.incremental.loop_driver import loop_in_view, write_version
 from spark_differential.incremental.loop_query import prepared, record_loop_query
 from spark_differential.incremental.manifest import NextFrontier, Update, Written
 from spark_differential.incremental.storage import KIND, LOOP, ROWS, TOTALS, Operator, part, physical, tag, tagged
@@ -517,7 +517,7 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
 
 def _loop_version(store: Store, up: Update, run: Run) -> Written:
     """The version of an update whose query returned its one loop's change, deferred
-    (:func:`~spark_differential.incremental.loop.write_version`: one job)."""
+    (:func:`~spark_differential.incremental.loop_driver.write_version`: one job)."""
     assert run.deferred is not None
     lu, result = run.deferred
     state = up.state
