@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -43,8 +43,11 @@ from spark_differential.intask.relation import Untranslatable, leaves
 from spark_differential.intask.sources import run_row, tag_name, tag_source
 from spark_differential.loop.iterate import check_body_output, new_loop_time, rule_checked
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def _spark_schema(schema: Any) -> Any:  # (a pa.Schema)
+
+def _spark_schema(schema: pa.Schema) -> T.StructType:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
 
 
