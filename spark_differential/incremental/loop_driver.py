@@ -52,7 +52,7 @@ def _spark_schema(schema: pa.Schema) -> T.StructType:
 
 
 def loop_operator(program: Program, held: Sequence[T.StructType]) -> Operator:
-    """What a view stores of a loop: its traces (:func:`specs`) and each source's held-back
+    """What a view stores of a loop: its traces (:func:`~spark_differential.incremental.loop.specs`) and each source's held-back
     changes (``held``, as the task's table holds them), all rewritten whole by every update."""
     schemas = [_spark_schema(sp.schema) for sp in specs(program)]
     return Operator("dd_iterate", (*schemas, *held), (LOOP,) * (len(schemas) + len(held)))
@@ -95,12 +95,12 @@ class LoopUpdate:
                 final: bool = False, checks: Sequence[Check] = ()) -> dict[str, str]:
         """Run the loop's one task over ``union`` (by default the prepared one) and write, in one
         Parquet write under the version's ``sub``, its output (``output``: the physical prefix and
-        schema of the loop's change, or with ``final`` of the view's output: :func:`task`), the
+        schema of the loop's change, or with ``final`` of the view's output: :func:`~spark_differential.incremental.loop.task`), the
         new traces and the changes held back; the files written, by kind (the traces' put in
         ``run.replaced``).  ``coalesce``, not ``repartition``: the one task reads the changes and
         the stored traces itself (no shuffle, one job less); the changes are an update's (small)
         and the traces must fit the task anyway.  ``checks``: of rows of ``union``, made before the
-        sources' (:func:`task`)."""
+        sources' (:func:`~spark_differential.incremental.loop.task`)."""
         fields = [T.StructField(KIND, T.StringType(), True)]
         for t, schema in [output, *zip(self.tags, self.schemas), *zip(self.held_tags, self.held_schemas)]:
             fields += [T.StructField(p, f.dataType, True) for p, f in zip(physical(t, schema), schema.fields)]
