@@ -10,12 +10,16 @@ What is measured
     tables in this process: what the view's one task does, without Spark's scheduling
     around it.  Per update: CPU seconds of this process (``time.process_time``), the rows
     the steps' kernels receive as new updates (``spark_differential.intask.step.kernel_input``), and the
-    stored state's rows.
+    stored state's rows.  A later update recomputes the loop from its stored inputs where they
+    hold at most ``--recompute`` times its changes (the view's ``loopRecompute`` setting; ``0``:
+    every later update resumes it); with ``--both``, each later update is run both ways on the
+    same state, and both CPU times are printed with their ratio (the resumed path's state goes on).
 
     Run it with the library under test on ``PYTHONPATH`` (e.g. the main branch's, for the
     state before a change, and a worktree's):
 
     PYTHONPATH=. python benchmarks/view_loop_first.py --history 100 --later 5
+    PYTHONPATH=. python benchmarks/view_loop_first.py --history 3 --later 3 --nodes 10000 --edges 20000 --changes 100 --both
     PYTHONPATH=. python benchmarks/view_loop_first.py --history 100 --later 5 --spark   # through sd.incremental
 """
 
@@ -42,6 +46,10 @@ def main() -> int:
     ap.add_argument("--edges", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
+    ap.add_argument("--recompute", type=int, default=None,
+                    help="a later update recomputes the loop where its stored inputs hold at most this many times its "
+                         "changes (default: the library's; 0: never)")
+    ap.add_argument("--both", action="store_true", help="run each later update resumed and recomputed, same state")
     ap.add_argument("--spark", action="store_true",
                     help="through a view (sd.incremental, stage 2) instead: CPU seconds of the process tree and jobs")
     args = ap.parse_args()
@@ -93,11 +101,18 @@ def main() -> int:
         return out
 
     intask_step.kernel_input = counting  # the loop's steps read it from the module at call time
-    empty = [sp.schema.empty_table() for sp in view_loop.specs(program)]
-    # warm-up (not reported): update 0 alone, through both paths (numba's compilation, DuckDB's first queries)
     warm = [source(k, 0, 1, cols) for k, cols in zip(kinds, program.sources)]
-    _, state, _ = view_loop.loop_update(program, warm, empty, lib, [(1,)])
-    view_loop.loop_update(program, [source(k, 1, 2, cols) for k, cols in zip(kinds, program.sources)], state, lib, [(2,)])
+    empty = [sp.schema.empty_table() for sp in view_loop.specs(program, [s.schema for s in warm])]
+    recompute = view_loop.RECOMPUTE if args.recompute is None else args.recompute
+
+    def update(srcs: list[pa.Table], state: list[pa.Table], hi: int, r: int = recompute) -> Any:
+        return view_loop.loop_update(program, srcs, state, lib, [(hi,)], kept=True, recompute=r)
+
+    # warm-up (not reported): update 0 alone, then update 1 through the three paths (numba's compilation, DuckDB's
+    # first queries)
+    _, state, _ = update(warm, empty, 1)
+    for r in (0, 10**12):
+        update([source(k, 1, 2, cols) for k, cols in zip(kinds, program.sources)], state, 2, r)
     state = empty
     print(json.dumps({"library": os.path.dirname(sd.__file__)}), flush=True)
     spans = [(0, args.history + 1)] + [(t, t + args.batch) for t in
@@ -105,15 +120,29 @@ def main() -> int:
     results = []
     for lo, hi in spans:
         srcs = [source(k, lo, hi, cols) for k, cols in zip(kinds, program.sources)]
+        other = None
+        if args.both and lo > 0:  # the same update recomputed, from the same state (its result not kept)
+            cpu = time.process_time()
+            update(srcs, state, hi, 10**12)
+            other = round(time.process_time() - cpu, 4)
+        stored = sum(t.num_rows for sp, t in zip(view_loop.specs(program, [s.schema for s in srcs]), state)
+                     if sp.kind == "source")
         rows[0] = 0
         cpu = time.process_time()
         wall = time.perf_counter()
-        out, state, _ = view_loop.loop_update(program, srcs, state, lib, [(hi,)])
-        r = {"times": [lo, hi - 1], "changes": sum(s.num_rows for s in srcs), "cpu_s": round(time.process_time() - cpu, 3),
+        out, state, _ = update(srcs, state, hi, 0 if args.both else recompute)
+        r = {"times": [lo, hi - 1], "changes": sum(s.num_rows for s in srcs), "stored_inputs": stored,
+             "recomputes": lo > 0 and not args.both and view_loop.recomputed(stored, sum(s.num_rows for s in srcs),
+                                                                             recompute),
+             "cpu_s": round(time.process_time() - cpu, 4),
              "wall_s": round(time.perf_counter() - wall, 3), "kernel_rows": rows[0], "out_rows": out.num_rows,
              "state_rows": sum(t.num_rows for t in state),
-             "iterations": 1 + max((int(max(t.column(view_loop.IT).to_pylist(), default=-1)) for t in state),
+             "iterations": 1 + max((int(max(t.column(view_loop.IT).to_pylist(), default=-1)) for sp, t in
+                                    zip(view_loop.specs(program, [s.schema for s in srcs]), state) if sp.by_iteration),
                                    default=-1)}
+        if other is not None:
+            r.update({"resumed_cpu_s": r["cpu_s"], "recomputed_cpu_s": other,
+                      "resumed_over_recomputed": round(r["cpu_s"] / other, 2) if other else None})
         _report(r, results)
     return _finish(args, results, spark)
 

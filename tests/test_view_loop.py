@@ -17,12 +17,14 @@ rewriting its per-iteration traces.  Checked here:
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from helpers import time_type
 from hypothesis import given, settings
@@ -35,8 +37,10 @@ from test_incremental import expected, run_view, schedule, stage_of, toggling_ed
 import spark_differential as sd
 from spark_differential.core import lattice as L
 from spark_differential.core.collection import inspect
+from spark_differential.core.settings import LOOP_RECOMPUTE
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import loop as view_loop
+from spark_differential.incremental import loop_driver, loop_query
 from spark_differential.incremental.files import Files
 from spark_differential.incremental.loop_driver import record as record_loop
 from spark_differential.intask import iteration
@@ -120,13 +124,23 @@ def as_updates(table: Any, lat: Any, width: int) -> list:
     return out
 
 
-def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int) -> tuple[list, list, list]:
+def kept_state(program: Any, kinds: list[str], name: str, body: str) -> tuple[list[pa.Schema], list[pa.Table]]:
+    """The schemas of a recorded loop's sources and its empty state, keeping the sources' values
+    and the fixed point (``view_loop.specs`` with the sources)."""
+    lat = LATS[name][0]
+    schemas = [arrow(cols, [], lat, body, k).schema for cols, k in zip(program.sources, kinds)]
+    return schemas, [sp.schema.empty_table() for sp in view_loop.specs(program, schemas)]
+
+
+def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int,
+              recompute: int = 0) -> tuple[list, list, list]:
     """A random changing graph, split at random into successive updates of a view's loop:
     ``(every update's changes, the one-shot loop's answer, the oracle's)``, each at the times not
     in the future of the last frontier (the changes at later times are held back: loop_update).  The loop is capped
     at 100 iterations (these graphs need at most 8), so a loop that would not stop fails.  Half the
     runs deliver the first few updates' changes as one first update (run semi-naively over an
-    empty state: view_loop._first), the later ones against the state it stored."""
+    empty state: view_loop._first), the later ones against the state it stored: resumed, or
+    with ``recompute`` (over a total order) recomputed from the stored inputs."""
     lat, lib = LATS[name]
     program = dataclasses.replace(program, max_iterations=100)
     rng = random.Random(seed)
@@ -137,7 +151,7 @@ def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int) -
         k = rng.randint(2, len(steps))
         merged = {n: [u for _, plan in steps[:k] for u in plan[n]] for n in inputs}
         steps = [(steps[k - 1][0], merged), *steps[k:]]
-    state = [sp.schema.empty_table() for sp in view_loop.specs(program)]
+    schemas, state = kept_state(program, kinds, name, body)
     returned: list = []
     held = None
     for upto, new in steps:
@@ -145,9 +159,10 @@ def split_run(program: Any, kinds: list[str], name: str, body: str, seed: int) -
         if held is not None:  # the changes held back by the last update come again
             sources = [pa.concat_tables([h, src]) for h, src in zip(held, sources)]
         frontier = [lib.encode_value(f) for f in upto]
-        out, state, held = view_loop.loop_update(program, sources, state, lib, frontier)
+        out, state, held = view_loop.loop_update(program, sources, state, lib, frontier, kept=True,
+                                                 recompute=recompute)
         returned += as_updates(out, lat, program.width)
-        for sp, table in zip(view_loop.specs(program), state):
+        for sp, table in zip(view_loop.specs(program, schemas), state, strict=True):
             assert table.schema == sp.schema
     edges, roots = inputs["edges"], inputs["roots"]
     whole = [arrow(cols, inputs[k].updates, lat, body, k) for cols, k in zip(program.sources, kinds)]
@@ -182,15 +197,65 @@ def random_inputs(rng: random.Random, lat: Any, hi: int) -> dict[str, Coll]:
     return {"roots": roots, "edges": edges}
 
 
+@pytest.mark.parametrize("name,recompute", [("int", 0), ("int", 10**9), ("product2", 0)])
 @pytest.mark.parametrize("body", sorted(BODIES))
-@pytest.mark.parametrize("name", sorted(LATS))
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6))
-def test_updates_add_up_to_the_one_shot_loop(recorded, name: str, body: str, seed: int) -> None:
+def test_updates_add_up_to_the_one_shot_loop(recorded, name: str, recompute: int, body: str, seed: int) -> None:
+    """Resumed updates (``recompute`` 0) and, over integer times, updates recomputed from the
+    stored inputs (``recompute`` larger than any input: every update with changes)."""
     program, kinds = recorded[(name, body)]
-    returned, once, want = split_run(program, kinds, name, body, seed)
+    returned, once, want = split_run(program, kinds, name, body, seed, recompute)
     assert_updates_equal(returned, once)
     assert_updates_equal(returned, want)
+
+
+@pytest.mark.parametrize("body", sorted(BODIES))
+def test_recomputing_a_loop_returns_and_stores_what_resuming_it_does(recorded, monkeypatch, body: str) -> None:
+    """Two chains of the same updates over random graphs, one always resuming the loop, one always
+    recomputing it: after every update the same change, table for table the same state (the
+    kept sources and fixed point included), and each chain took its own path (counted)."""
+    lat, lib = LATS["int"]
+    program, kinds = recorded[("int", body)]
+    program = dataclasses.replace(program, max_iterations=100)
+    calls = {"_resumed": 0, "_first": 0}
+
+    def counted(name: str) -> Callable[..., pa.Table]:
+        fn = getattr(view_loop, name)
+
+        def call(*args: Any) -> pa.Table:
+            calls[name] += 1
+            return fn(*args)
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(view_loop, name, counted(name))
+    for seed in range(6):
+        rng = random.Random(seed)
+        inputs = random_inputs(rng, lat, 6)
+        steps = schedule(rng, lat, inputs, rng.randint(2, 4), 6)
+        chains = {r: (kept_state(program, kinds, "int", body)[1], None) for r in (0, 10**9)}
+        for n, (upto, new) in enumerate(steps):
+            got = {}
+            for r, (state, held) in chains.items():
+                sources = [arrow(cols, new[k], lat, body, k) for cols, k in zip(program.sources, kinds)]
+                if held is not None:
+                    sources = [pa.concat_tables([h, src]) for h, src in zip(held, sources)]
+                # the rows fed to this update: at times before its frontier (the others are held back)
+                due = sum(pc.sum(pc.less(src.column(src.column_names[-2]), upto[0])).as_py() or 0 for src in sources)
+                before, stored = dict(calls), any(t.num_rows for t in state)
+                out, state, held = view_loop.loop_update(program, sources, state, lib,
+                                                         [lib.encode_value(f) for f in upto], kept=True, recompute=r)
+                if stored and due:  # an update with changes against a stored state: resumed, or recomputed
+                    took = "_first" if r else "_resumed"
+                    assert calls == {**before, took: before[took] + 1}, (seed, n, r, calls, before)
+                chains[r] = (state, held)
+                got[r] = (sorted_rows(out), [sorted_rows(t) for t in state])
+            (out_a, state_a), (out_b, state_b) = got[0], got[10**9]
+            assert out_a.equals(out_b), (seed, n, out_a.to_pylist(), out_b.to_pylist())
+            for a, b in zip(state_a, state_b, strict=True):
+                assert a.equals(b), (seed, n, a.to_pylist(), b.to_pylist())
+    assert calls["_resumed"] and calls["_first"]
 
 
 def test_a_loop_computes_only_at_complete_times(recorded) -> None:
@@ -344,19 +409,22 @@ def near_view(roots: DataFrame, edges: DataFrame) -> DataFrame:
 VIEWS = {"bfs": bfs_view, "reach": reach_view, "near": near_view}
 
 
-@pytest.mark.parametrize("body,name,remote", [("bfs", "product2", False),
-                                              pytest.param("reach", "int", False, marks=pytest.mark.connect),
-                                              ("bfs", "int", False), ("near", "int", False),
-                                              ("bfs", "int", True), ("near", "int", True)])
-def test_loop_views_against_the_oracle(spark, tmp_path, monkeypatch, body: str, name: str, remote: bool) -> None:
+@pytest.mark.parametrize("body,name,remote,recompute", [
+    ("bfs", "product2", False, None), pytest.param("reach", "int", False, None, marks=pytest.mark.connect),
+    ("bfs", "int", False, "0"), ("near", "int", False, None), ("bfs", "int", True, None), ("near", "int", True, "0")])
+def test_loop_views_against_the_oracle(spark, tmp_path, monkeypatch, body: str, name: str, remote: bool,
+                                       recompute: str | None) -> None:
     """A loop view over changing graphs against the oracle.  Over an integral time a query
     that is one loop writes each version in the loop's one job (``write_version``); over
     product times, or a query doing more than returning its loop's change (``near``), the
     loop is written apart and the query's output after it.  The loop's task reads its
     traces and writes its files itself where the view is on this machine's filesystem;
-    ``remote``: as on HDFS or S3A, through Spark's scan and writer."""
+    ``remote``: as on HDFS or S3A, through Spark's scan and writer.  ``recompute``: the
+    ``loopRecompute`` setting (by default these small graphs' updates recompute their loop;
+    ``0``: every update resumes it)."""
     if remote:
         monkeypatch.setattr(Files, "local_root", lambda self: None)
+
     lat = LATS[name][0]
     rng = random.Random(41 + len(name))
     if isinstance(lat, Total):
@@ -376,10 +444,43 @@ def test_loop_views_against_the_oracle(spark, tmp_path, monkeypatch, body: str, 
     inputs = {"roots": roots, "edges": edges}
     steps = schedule(rng, lat, inputs, 3, 8 if isinstance(lat, Total) else 5)
     path = tmp_path / "view"
-    got = run_view(spark, str(path), VIEWS[body], inputs, steps, lat)
+    if recompute is not None:
+        spark.conf.set(LOOP_RECOMPUTE, recompute)
+    try:
+        got = run_view(spark, str(path), VIEWS[body], inputs, steps, lat)
+    finally:
+        spark.conf.unset(LOOP_RECOMPUTE)
     assert stage_of(path) == 2
     want = expected(lambda c: reference(body, c["edges"], c["roots"], lat), inputs, steps[-1][0], lat)
     assert want, "the graph should give some answer"
+    assert_updates_equal(consolidate(got), want)
+
+
+def test_a_loop_view_stored_before_loops_kept_their_inputs_still_resumes(spark, tmp_path, monkeypatch) -> None:
+    """A BFS view whose first two updates were stored as before loops kept their sources' values
+    and fixed point (``loop_operator(..., kept=False)``): the later updates, by the code of
+    today, find that layout, keep it (the manifest's operator keeps its 5 traces, not 8) and
+    resume the loop; every answer matches the oracle."""
+    lat = LATS["int"][0]
+    rng = random.Random(43)
+    edges = Coll(("src", "dst"), consolidate(toggling_edges(rng, 7, 12, 8).updates))
+    roots = Coll(("node",), [((0,), 0, 1), ((4,), 3, 1)])
+    inputs = {"roots": roots, "edges": edges}
+    steps = schedule(rng, lat, inputs, 4, 8)
+    today = loop_driver.loop_operator
+
+    def before(i: int) -> None:
+        if i == 0:
+            for module in (loop_driver, loop_query):
+                monkeypatch.setattr(module, "loop_operator", lambda p, h, kept=True: today(p, h, kept=False))
+        if i == 2:
+            monkeypatch.undo()
+
+    path = tmp_path / "view"
+    got = run_view(spark, str(path), bfs_view, inputs, steps, lat, before=before)
+    operators = json.loads(sorted((path / "_manifests").glob("v*.json"))[-1].read_text())["operators"]
+    assert [(o["op"], len(o["inputs"])) for o in operators] == [("dd_iterate", 5)]
+    want = expected(lambda c: reference("bfs", c["edges"], c["roots"], lat), inputs, steps[-1][0], lat)
     assert_updates_equal(consolidate(got), want)
 
 
@@ -487,6 +588,40 @@ def test_jobs_of_one_update_of_a_bfs_view(spark, tmp_path) -> None:
         # (an update returning nothing returns local rows: reading them is no job either)
         assert jobs == [per_update] * 4 and reads == [per_read if n else 0 for n in sizes], (query.__name__, jobs,
                                                                                               reads, sizes)
+
+
+@pytest.mark.parametrize("query", [bfs_view, near_view])
+def test_a_malformed_loop_recompute_setting_is_an_error_before_any_job(spark, tmp_path, query: Callable) -> None:
+    """``loopRecompute``: 10 unless set, ``off`` 0, a whole number of times as given; any other
+    value makes the next update of a loop view a ``ConfigurationError`` naming the key, before
+    any job and without a version written, and the view updates again once it is fixed."""
+    from spark_differential.core import settings as sd_settings
+    from spark_differential.core.jobs import count_jobs
+    from spark_differential.errors import ConfigurationError
+
+    assert sd_settings.loop_recompute(spark) == 10
+    for raw, want in (("off", 0), ("25", 25)):
+        spark.conf.set(LOOP_RECOMPUTE, raw)
+        try:
+            assert sd_settings.loop_recompute(spark) == want
+        finally:
+            spark.conf.unset(LOOP_RECOMPUTE)
+    schema = "src long, dst long, time long, diff long"
+    path = tmp_path / query.__name__
+    view = sd.incremental(str(path), query)
+    view.update(upto=1, roots=spark.createDataFrame([(0, 0, 1)], "node long, time long, diff long"),
+                edges=spark.createDataFrame([(0, 1, 0, 1)], schema)).collect()
+    edges = spark.createDataFrame([(1, 2, 1, 1)], schema)
+    spark.conf.set(LOOP_RECOMPUTE, "lots")
+    try:
+        with count_jobs(spark) as counted, pytest.raises(ConfigurationError, match=LOOP_RECOMPUTE):
+            sd.incremental(str(path), query).update(upto=2, edges=edges)
+    finally:
+        spark.conf.unset(LOOP_RECOMPUTE)
+    assert counted.jobs == 0
+    assert len(list((path / "_manifests").glob("v*.json"))) == 1
+    rows = sorted(tuple(r) for r in sd.incremental(str(path), query).update(upto=2, edges=edges).collect())
+    assert rows == [(2, 2, 1, 1)]
 
 
 def test_the_row_that_runs_a_one_task_update_is_made_in_the_jvm(spark) -> None:

@@ -23,6 +23,9 @@ key                                                         what it says (defaul
 ``spark_differential.iterate.chunkRows``                    updates per time chunk (``auto``; ``0``/``off``: never)
 ``spark_differential.pipeline.localRows``                   source rows of a small pipeline run inside one task
                                                             (100,000; ``0``: never)
+``spark_differential.incremental.loopRecompute``           an incremental view's loop is recomputed from its inputs, not
+                                                            resumed, where they hold at most this many times an update's
+                                                            changes, in rows (10; ``0``/``off``: never)
 ``spark_differential.buckets_per_partition``                key buckets per shuffle partition (2)
 ==========================================================  =====================================
 
@@ -80,6 +83,14 @@ INDEX_ROWS = "spark_differential.incremental.indexRows"
 # an is_in scan of 100,000 int64 keys takes about 2 ms, an index lookup about 1 ms plus its build, once
 DEFAULT_INDEX_ROWS = 100_000
 DEFAULT_PIPELINE_ROWS = 100_000
+# an incremental view's loop is recomputed from its inputs (semi-naively, in its one task) where they hold
+# at most this many times an update's changes (rows); else it is resumed, every stored iteration run over
+# the accumulated changes.  Seed 001's BFS replayed both ways in one process (benchmarks/view_loop_first.py
+# --both, sliding windows of 2,000 to 200,000 edges, docs/performance.md): recomputing cost 0.4-0.9x
+# resuming's at changes of 0.1-1% of the edges where BFS reached few nodes, 1.1x at 1% on 2,000 edges,
+# 1.3-8.5x less at 10%, 1.8-5.2x less at 100%, and 19x less for one update of 200,000 changes
+LOOP_RECOMPUTE = "spark_differential.incremental.loopRecompute"
+DEFAULT_LOOP_RECOMPUTE = 10
 
 BUCKETS_PER_PARTITION = "spark_differential.buckets_per_partition"
 DEFAULT_BUCKETS_PER_PARTITION = 2
@@ -155,6 +166,22 @@ def _rows(spark: Any, key: str, default: int) -> int:
         return max(0, int(raw))
     except ValueError:
         raise ConfigurationError(f"{key} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+
+
+def loop_recompute(spark: Any) -> int:
+    """How many times an update's changed rows an incremental view's loop's stored inputs may hold
+    for the update to recompute the loop rather than resume it (``0``: never)."""
+    try:
+        raw = str(conf.get(spark, LOOP_RECOMPUTE, str(DEFAULT_LOOP_RECOMPUTE))).strip().lower()
+    except Exception:  # noqa: BLE001 - a session without runtime conf
+        return DEFAULT_LOOP_RECOMPUTE
+    if raw in _OFF:
+        return 0
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        raise ConfigurationError(f"{LOOP_RECOMPUTE} must be a whole number of times an update's changes (0 or "
+                                 f"'off' never recomputes a loop); got {raw!r}") from None
 
 
 def default_threads(spark: Any) -> int:

@@ -39,7 +39,11 @@ change there and to nothing elsewhere, as for any operator the traced strategy k
 An update over an empty stored state (a view's first update) is run **semi-naively**
 instead (:func:`_first`): the in-task loop over the changes, each iteration fed only the
 loop variable's change, its steps' new updates kept as the new state; the same answer
-and state, at the cost of the loop's changes rather than iterations x its size.
+and state, at the cost of the loop's changes rather than iterations x its size.  Over a
+totally ordered time the state also keeps each source's accumulated value and the loop's
+fixed point, and an update whose changes are large against the stored inputs
+**recomputes** the loop the same way over the new inputs (:func:`loop_update`): the same
+answer and state again, at the cost of the inputs rather than iterations x the changes.
 
 The work of an update follows the changes: each iteration's kernels see the
 accumulated changes ``D_i`` and the stored rows of the keys they touch (found by
@@ -59,6 +63,7 @@ the body, the one job, the version's write) is :mod:`spark_differential.incremen
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +71,7 @@ from spark_differential.core.collection import DIFF
 from spark_differential.core.lattice import Leaves, TimeType
 from spark_differential.core.lazy import lazy
 from spark_differential.core.names import SRC
+from spark_differential.core.settings import DEFAULT_LOOP_RECOMPUTE
 from spark_differential.errors import IterationLimitExceeded
 from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import TaskCheck
@@ -87,24 +93,45 @@ pc = lazy("pyarrow.compute")
 
 IT = "_sd_it"  # the iteration a stored trace row entered its step at
 
+log = logging.getLogger("spark_differential.incremental")
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """One stored trace of a loop: input ``input`` of ``program.steps[step]`` (its columns:
-    kernel names, time leaves, ``_d``, :data:`IT`), or with ``held``, the step's output changes
-    held back at times not complete yet (``input`` is then the step's number of inputs; the
-    columns: the body's names, time leaves, ``diff``, :data:`IT`)."""
+    """One stored trace of a loop, by ``kind``:
+
+    * ``"input"``: input ``input`` of ``program.steps[step]`` by iteration (its columns: kernel
+      names, time leaves, ``_d``, :data:`IT`);
+    * ``"held"``: the step's output changes held back at times not complete yet (``input`` is
+      then the step's number of inputs; the columns: the body's names, time leaves, ``diff``,
+      :data:`IT`);
+    * ``"source"``: the accumulated value of the loop's source ``input`` (``step`` -1; the
+      source's columns: data, time leaves, ``diff``), what a recomputation starts from;
+    * ``"point"``: the loop's fixed point (``step`` and ``input`` -1; ``program.roots``' columns),
+      which a recomputation's answer is compared with."""
 
     step: int
     input: int
     schema: Any  # pa.Schema
-    held: bool = False
+    kind: str = "input"
+
+    @property
+    def held(self) -> bool:
+        return self.kind == "held"
+
+    @property
+    def by_iteration(self) -> bool:
+        """Whether the trace holds rows by iteration (:data:`IT`): an input's, or a held-back output's."""
+        return self.kind in ("input", "held")
 
 
-def specs(program: Any) -> list[Spec]:
+def specs(program: Any, sources: Sequence[Any] | None = None) -> list[Spec]:
     """The stored traces of a recorded loop, in order: every input of every stateful step and,
     over a partially ordered time (width above 1), the step's held-back output (:class:`_Held`;
-    over a total order no output is ever held back, so none is stored)."""
+    over a total order no output is ever held back, so none is stored).  With ``sources`` (the
+    Arrow schemas of the loop's sources) and a totally ordered time, then each source's
+    accumulated value and the fixed point, with which an update may recompute the loop instead
+    of resuming it (:func:`loop_update`)."""
 
     out = []
     for s, step in enumerate(program.steps):
@@ -114,7 +141,10 @@ def specs(program: Any) -> list[Spec]:
                 out.append(Spec(s, k, pa.schema([*fields, pa.field(IT, pa.int64(), False)])))
             if program.width > 1:
                 named = user_named(step, step.out_schema.empty_table()).schema
-                out.append(Spec(s, len(step.inputs), pa.schema([*named, pa.field(IT, pa.int64(), False)]), True))
+                out.append(Spec(s, len(step.inputs), pa.schema([*named, pa.field(IT, pa.int64(), False)]), "held"))
+    if sources is not None and program.width == 1:
+        out += [Spec(-1, j, schema, "source") for j, schema in enumerate(sources)]
+        out.append(Spec(-1, -1, program.roots, "point"))
     return out
 
 
@@ -158,13 +188,30 @@ def _early(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], width: 
     return mask
 
 
+# an update recomputes its loop where the loop's inputs hold at most this many times its changes (rows;
+# the view's spark_differential.incremental.loopRecompute)
+RECOMPUTE = DEFAULT_LOOP_RECOMPUTE
+
+
 def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Table], ttype: TimeType,
-                frontier: Sequence[Leaves]) -> tuple[pa.Table, list[pa.Table], list[pa.Table]]:
+                frontier: Sequence[Leaves], kept: bool = False, recompute: float = RECOMPUTE
+                ) -> tuple[pa.Table, list[pa.Table], list[pa.Table]]:
     """One update of a loop kept in a view (the module docstring): ``sources`` are the changes of
     the roots (first) and of the outer collections, ``state`` the stored traces (one table per
-    :func:`specs` entry), ``frontier`` the view's new frontier.  Returns the change of the loop's
-    fixed point (``program.roots``' columns, consolidated), the new state, advanced to ``frontier``
-    and consolidated, and the changes of each source held back (see below).
+    :func:`specs` entry; with ``kept``, :func:`specs` of the sources' schemas: the sources'
+    accumulated values and the fixed point too), ``frontier`` the view's new frontier.  Returns
+    the change of the loop's fixed point (``program.roots``' columns, consolidated), the new
+    state, advanced to ``frontier`` and consolidated, and the changes of each source held back
+    (see below).
+
+    With ``kept``, an update whose changes are large against the loop's inputs (the stored
+    inputs hold at most ``recompute`` times the changes' rows; ``0``: never) **recomputes** the
+    loop: semi-naively (:func:`_first`) over the new inputs, the stored ones plus the changes,
+    its change the new fixed point minus the stored one.  The answer and the state are those
+    of resuming it (:func:`_resumed`): both are the loop's per-iteration inputs over the new
+    inputs, advanced to ``frontier`` and consolidated, and over a total order two consolidated
+    collections at times in the future of the old frontier that agree at every such time are
+    equal; only the work differs (the new inputs' size against iterations x the changes).
 
     Changes at times in the future of ``frontier`` are **held back**: they are returned, not fed
     to the loop, and the caller passes them again with the next update's changes.  They cannot
@@ -174,34 +221,60 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     a negative edge, over which a loop such as reachability need not reach a fixed point)."""
 
     steps = [unconsolidated(s) for s in program.steps]
-    spec_list = specs(program)
     held = []
     due = []
     for src in sources:
         mask = _early(src, ttype, frontier, program.width)
         held.append(src.filter(pa.array(mask)))
         due.append(src.filter(pa.array(~mask)) if mask.any() else src)
-    tables = {(sp.step, sp.input): conform(t, sp.schema) for sp, t in zip(spec_list, state)}
+    spec_list = specs(program, [src.schema for src in sources] if kept else None)
+    tables = {(sp.step, sp.input): conform(t, sp.schema) for sp, t in zip(spec_list, state) if sp.by_iteration}
+    values = {sp.input: conform(t, sp.schema) for sp, t in zip(spec_list, state) if sp.kind == "source"}
+    point = next((conform(t, sp.schema) for sp, t in zip(spec_list, state) if sp.kind == "point"), None)
     stored = {(sp.step, sp.input): _by_iteration(tables[(sp.step, sp.input)]) for sp in spec_list if sp.held}
     # the old loop's last iteration
     last = max((pc.max(t.column(IT)).as_py() for t in tables.values() if t.num_rows), default=-1)
     # the new state's rows, for every input of every stateful step (and its held-back output)
-    pieces: dict[tuple[int, int], list[pa.Table]] = {(sp.step, sp.input): [] for sp in spec_list}
+    pieces: dict[tuple[int, int], list[pa.Table]] = {(sp.step, sp.input): [] for sp in spec_list if sp.by_iteration}
     holding = _Held(ttype, frontier, program.width, {sp.step: (sp.step, sp.input) for sp in spec_list if sp.held},
                     stored, pieces)
     if last == -1:
         dv = _first(program, steps, due, pieces, holding)
+    elif point is not None and recomputed(stored_rows := sum(t.num_rows for t in values.values()),
+                                          changed := sum(t.num_rows for t in due), recompute):
+        log.debug("a loop's update recomputes it: %d stored input rows, %d changed", stored_rows, changed)
+        whole = [concat_tables([values[j], d], d.schema) for j, d in enumerate(due)]
+        fixed = _first(program, steps, whole, pieces, holding)
+        cols = [*program.data, *leaves(program.width), DIFF]
+        dv = conform(consolidated(concat_tables([fixed, _negated(point, DIFF)], program.roots), cols[:-1]),
+                     program.roots)
     else:
         dv = _resumed(program, steps, due, {sp_key: t for sp_key, t in tables.items() if sp_key not in stored}, last,
                       pieces, holding)
     new_state = []
     for sp in spec_list:
-        parts = pieces[(sp.step, sp.input)]
-        table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
-        diff, leaf_cols = (DIFF, leaves(program.width)) if sp.held else (D, times(program.width))
+        if sp.kind == "source":
+            table = concat_tables([values[sp.input], due[sp.input]], sp.schema)
+        elif sp.kind == "point":
+            table = dv if point is None else concat_tables([point, dv], sp.schema)
+        else:
+            parts = pieces[(sp.step, sp.input)]
+            table = pa.concat_tables([conform(p, sp.schema) for p in parts]) if parts else sp.schema.empty_table()
+        diff, leaf_cols = (D, times(program.width)) if sp.kind == "input" else (DIFF, leaves(program.width))
         new_state.append(conform(consolidated(table, [c for c in table.column_names if c != diff], diff, ttype,
                                               frontier, leaf_cols), sp.schema))
     return dv, new_state, held
+
+
+def recomputed(stored: int, changes: int, recompute: float) -> bool:
+    """Whether an update recomputes its loop (:func:`loop_update`): the loop's stored inputs hold
+    ``stored`` rows, the update changes them by ``changes`` rows, at most ``recompute`` times as
+    many (``0``: never; an update without changes resumes, which costs its stored iterations only).
+
+    >>> recomputed(2_000, 2_000, 10), recomputed(200_000, 2_000, 10), recomputed(2_000, 2_000, 0)
+    (True, False, False)
+    """
+    return changes > 0 and recompute > 0 and stored <= recompute * changes
 
 
 class _Held:
@@ -460,8 +533,8 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontier, out_tag: str, tags: Sequence[str],
          held_tags: Sequence[str], final: bool = False, local: Local | None = None,
-         checks: Sequence[Check] = (), inputs: Sequence[int] = (), derived: Derived | None = None
-         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         checks: Sequence[Check] = (), inputs: Sequence[int] = (), derived: Derived | None = None,
+         kept: bool = False, recompute: float = RECOMPUTE) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
     read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -482,7 +555,10 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
     :func:`~spark_differential.incremental.store.front_part`.
 
     ``derived`` (with ``local``): the sources are not in the table; the task computes them from
-    the rows of the view's inputs its checks read (:class:`Derived`)."""
+    the rows of the view's inputs its checks read (:class:`Derived`).
+
+    ``kept``, ``recompute``: the loop keeps its sources' accumulated values and its fixed point,
+    and may recompute itself from them (:func:`loop_update`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[Part]:
         seen = list(batches)
@@ -504,7 +580,6 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
             front, sent = front_part(frontier, given, leaves(program.width)[0])
             yield sent
         n = len(program.sources)
-        spec_list = specs(program)
         sources, state = [], []
         for j, c in enumerate(program.sources):
             if derived is not None:
@@ -517,6 +592,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
                 rows = concat_tables([own, read_local(local.held[j], held_tags[j], own.schema, local.cache)],
                                      own.schema)
             sources.append(source_table(rows, j, c))
+        spec_list = specs(program, [s.schema for s in sources] if kept else None)
         for k, sp in enumerate(spec_list):
             if local is not None:
                 state.append(read_local(local.traces[k], tags[k], sp.schema, local.cache))
@@ -524,7 +600,7 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
             part = table.filter(pc.equal(src, n + k))
             state.append(pa.Table.from_arrays([part.column(tag_name(n + k, i)) for i in range(len(sp.schema))],
                                               names=sp.schema.names))
-        out, new_state, held = loop_update(program, sources, state, ttype, front)
+        out, new_state, held = loop_update(program, sources, state, ttype, front, kept, recompute)
         outputs = [(out_tag, out, None)]
         if final:
             j = n + len(spec_list)
@@ -533,8 +609,8 @@ def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontie
                 part = table.filter(pc.equal(src, j))
                 pending = conform(pa.Table.from_arrays([part.column(tag_name(j, i)) for i in range(out.num_columns)],
                                                        names=out.column_names), out.schema)
-            returned, kept = version_output(out, pending, ttype, front, program.width)
-            outputs = [("o", returned, "o"), ("p", kept, "o")]
+            returned, later = version_output(out, pending, ttype, front, program.width)
+            outputs = [("o", returned, "o"), ("p", later, "o")]
         for t, rows, prefix in [*outputs, *[(t, r, None) for t, r in [*zip(tags, new_state), *zip(held_tags, held)]]]:
             yield t, rows, prefix
 
@@ -583,4 +659,5 @@ class Local:
 Check = tuple[int, Sequence[str], TaskCheck]
 
 
-__all__ = ["Check", "Derived", "IT", "Local", "Spec", "loop_update", "specs", "task", "version_output"]
+__all__ = ["Check", "Derived", "IT", "Local", "RECOMPUTE", "Spec", "loop_update", "recomputed", "specs", "task",
+           "version_output"]

@@ -51,11 +51,29 @@ def _spark_schema(schema: pa.Schema) -> T.StructType:
     return T.StructType([T.StructField(f.name, from_arrow_type(f.type), True) for f in schema])
 
 
-def loop_operator(program: Program, held: Sequence[T.StructType]) -> Operator:
-    """What a view stores of a loop: its traces (:func:`~spark_differential.incremental.loop.specs`) and each source's held-back
-    changes (``held``, as the task's table holds them), all rewritten whole by every update."""
+def loop_operator(program: Program, held: Sequence[T.StructType], kept: bool = True) -> Operator:
+    """What a view stores of a loop: its traces (:func:`~spark_differential.incremental.loop.specs`;
+    with ``kept``, over a totally ordered time, each source's accumulated value and the fixed point
+    too) and each source's held-back changes (``held``, as the task's table holds them), all
+    rewritten whole by every update."""
     schemas = [_spark_schema(sp.schema) for sp in specs(program)]
+    if kept and program.width == 1:
+        schemas += [T.StructType([T.StructField(c, f.dataType, True) for c, f in zip(cols, h.fields)])
+                    for cols, h in zip(program.sources, held)]
+        schemas.append(_spark_schema(program.roots))
     return Operator("dd_iterate", (*schemas, *held), (LOOP,) * (len(schemas) + len(held)))
+
+
+def stored_operator(run: Any, slot: int, program: Program, held: Sequence[T.StructType]) -> Operator:
+    """The loop's :func:`loop_operator` as the view stores it in ``slot``: the sources' values and
+    the fixed point kept, unless the view was stored before loops kept them (then its loop is
+    always resumed, never recomputed)."""
+    me = loop_operator(program, held)
+    if slot < len(run.expected) and not run.expected[slot].same(me):
+        before = loop_operator(program, held, kept=False)
+        if run.expected[slot].same(before):
+            return before
+    return me
 
 
 def record(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame],
@@ -90,6 +108,8 @@ class LoopUpdate:
     local: Local | None = None  # the task reads the traces and held changes itself (not in union)
     checks: list[Check] = dataclasses.field(default_factory=list)  # of the sources tagged unchecked
     derived: Derived | None = None  # the sources computed by the task from the view's inputs (then in checks)
+    kept: bool = False  # the traces keep the sources' values and the fixed point (loop.specs)
+    recompute: int = 0  # the loop is recomputed where its inputs hold at most this many times the changes
 
     def written(self, run: Any, sub: str, output: tuple[str, T.StructType], union: DataFrame | None = None,
                 final: bool = False, checks: Sequence[Check] = ()) -> dict[str, str]:
@@ -109,7 +129,8 @@ class LoopUpdate:
         front = run.frontier if isinstance(run.frontier, NextFrontier) else list(run.frontier)
         given = [j for j, _, _ in checks] + (list(self.derived.tables) if self.derived is not None else [])
         fn = task(self.program, self.cs.ttype, front, self.out_tag, self.tags, self.held_tags,
-                  final=final, local=self.local, checks=[*checks, *self.checks], inputs=given, derived=self.derived)
+                  final=final, local=self.local, checks=[*checks, *self.checks], inputs=given, derived=self.derived,
+                  kept=self.kept, recompute=self.recompute)
         files = run.write_task(sub, rows.coalesce(1), fn, wide)
         for t in [*self.tags, *self.held_tags]:
             run.replaced[t] = [files[t]] if t in files else []
@@ -163,7 +184,6 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
                    f"{settings.LOCAL_ROWS}={limit} lets one task hold")
             run.blockers.append(f"dd_iterate ({why})")
             return spark.createDataFrame([], user)
-    spec_list = specs(program)
     n = len(sources)
     # the view's inputs came unchecked (traced.Run.checks): the task checks them, and the sources (dd_iterate's)
     unchecked = run.defer_loop and run.deferred is None and run.checks is not None
@@ -172,16 +192,17 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     # each source's changes held back (at times in the future of the frontier: loop_update), as the task reads them
     held_schemas = [T.StructType([f for f in p.schema.fields if f.name != SRC]) for p in parts]
     slot = len(run.operators)
-    me = loop_operator(program, held_schemas)
-    schemas = list(me.inputs[:len(spec_list)])
+    me = stored_operator(run, slot, program, held_schemas)
+    ntraces = len(me.inputs) - n
+    schemas = list(me.inputs[:ntraces])
     run.operators.append(me)
     if run.probe:
         return spark.createDataFrame([], user)
     run._check(slot, me)
 
     # one task: the changes of the sources and the stored traces in, the loop's change and the new traces out
-    tags = [tag(slot, k) for k in range(len(spec_list))]
-    held_tags = [tag(slot, len(spec_list) + j) for j in range(n)]
+    tags = [tag(slot, k) for k in range(ntraces)]
+    held_tags = [tag(slot, ntraces + j) for j in range(n)]
     traces = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
     local = None
     union: DataFrame | None = None
@@ -207,7 +228,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     assert union is not None and run.write_task is not None
     lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema,
                     local, [(j, cols, TaskCheck("dd_iterate")) for j, cols in enumerate(program.sources)] if unchecked
-                    else [])
+                    else [], kept=ntraces > len(specs(program)), recompute=settings.loop_recompute(spark))
     if run.defer_loop and run.deferred is None:
         result = run.read([], user, "o")  # (an empty collection, made once per schema)
         run.deferred = (lu, result)
@@ -239,4 +260,4 @@ def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_sche
     return lu.written(run, "data", ("o", view_schema), union, final=True, checks=checks)
 
 
-__all__ = ["LoopUpdate", "loop_in_view", "loop_operator", "record", "write_version"]
+__all__ = ["LoopUpdate", "loop_in_view", "loop_operator", "record", "stored_operator", "write_version"]

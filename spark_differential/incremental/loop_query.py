@@ -33,6 +33,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from spark_differential.core import settings
 from spark_differential.core.collection import DIFF, TIME, CollectionSchema
 from spark_differential.core.lattice import Loop, TimeType
 from spark_differential.core.names import SRC
@@ -40,7 +41,7 @@ from spark_differential.engine.call import Below, ConcatCall, LoopCall, Stateful
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.inputs import TaskCheck
 from spark_differential.incremental.loop import Derived, Local, specs
-from spark_differential.incremental.loop_driver import LoopUpdate, loop_operator, record
+from spark_differential.incremental.loop_driver import LoopUpdate, loop_operator, record, stored_operator
 from spark_differential.incremental.storage import Operator, tag
 from spark_differential.intask.program import Program
 from spark_differential.intask.query import QueryRecorder
@@ -143,18 +144,21 @@ def prepared(run: Any, lq: LoopQuery, given: Mapping[str, tuple[DataFrame, TaskC
     held-back changes from this machine's files, which every stored directory must be on."""
     program, cs = lq.program, lq.cs
     slot = len(run.operators)
-    run.operators.append(lq.operator)
-    run._check(slot, lq.operator)
-    spec_list = specs(program)
+    operator = lq.operator
+    if slot < len(run.expected) and not run.expected[slot].same(operator):  # (a view stored before loops kept inputs)
+        operator = stored_operator(run, slot, program, lq.held)
+    run.operators.append(operator)
+    run._check(slot, operator)
     n = len(program.sources)
-    tags = [tag(slot, k) for k in range(len(spec_list))]
-    held_tags = [tag(slot, len(spec_list) + j) for j in range(n)]
+    ntraces = len(operator.inputs) - n
+    tags = [tag(slot, k) for k in range(ntraces)]
+    held_tags = [tag(slot, ntraces + j) for j in range(n)]
     dirs = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
     if any(d is None for d in dirs):
         raise ValueError("prepared: the view's stored directories must be on this machine")
     local = Local(dirs[:len(tags)], dirs[len(tags):], run.cache)  # type: ignore[arg-type]
     width = program.width
-    first = n + len(spec_list) + 1  # after the sources, the traces and the output held back (write_version)
+    first = n + ntraces + 1  # after the sources, the traces and the output held back (write_version)
     union = run_row(run.spark)
     checks, tables = [], {}
     for k, name in enumerate(lq.names):
@@ -170,8 +174,9 @@ def prepared(run: Any, lq: LoopQuery, given: Mapping[str, tuple[DataFrame, TaskC
     data = list(cs.data_cols)
     out_schema = T.StructType([*[lq.out.schema[c] for c in data],
                                *[T.StructField(c, T.LongType(), True) for c in (*leaves(width), DIFF)]])
-    lu = LoopUpdate(program, cs, union, data, tags, list(lq.operator.inputs[:len(spec_list)]), held_tags,
-                    list(lq.held), f"s{slot}_out", out_schema, local, checks, derived)
+    lu = LoopUpdate(program, cs, union, data, tags, list(operator.inputs[:ntraces]), held_tags,
+                    list(lq.held), f"s{slot}_out", out_schema, local, checks, derived,
+                    kept=ntraces > len(specs(program)), recompute=settings.loop_recompute(run.spark))
     run.deferred = (lu, lq.out)
 
 

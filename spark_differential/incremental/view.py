@@ -390,7 +390,10 @@ def incremental(
     Spark task, one job (:mod:`spark_differential.incremental.onetask`), and on this
     machine's filesystem the DataFrame it returns holds the rows that job sent back (reading
     it is no further job); a larger one runs operator by operator on the cluster; one INFO
-    log line says which.
+    log line says which.  A ``dd_iterate`` over an integral time is resumed from its
+    per-iteration traces, or, where its stored inputs hold at most
+    ``spark_differential.incremental.loopRecompute`` times an update's changed rows (default
+    10; ``0``: never), recomputed from them in the same task: the same answer and state.
 
     Each update stores its new updates as one more Parquet directory per stored
     collection (the rerun strategy: per input, and one for the output returned so far;
