@@ -155,7 +155,9 @@ def partition_rows(spark: Any) -> int:
     return _rows(spark, PARTITION_ROWS, PARTITION_FACTOR * default_rows(spark))
 
 
-def _rows(spark: Any, key: str, default: int) -> int:
+def _rows(spark: Any, key: str, default: int, what: str = "a number of rows (0 or 'off' to disable)") -> int:
+    """The whole number ``key`` is set to (``0`` for ``off``), ``default`` when unset; else a
+    :class:`~spark_differential.errors.ConfigurationError` saying it must be ``what``."""
     try:
         raw = str(conf.get(spark, key, str(default))).strip().lower()
     except Exception:  # noqa: BLE001 - a session without runtime conf
@@ -165,23 +167,14 @@ def _rows(spark: Any, key: str, default: int) -> int:
     try:
         return max(0, int(raw))
     except ValueError:
-        raise ConfigurationError(f"{key} must be a number of rows (0 or 'off' to disable); got {raw!r}") from None
+        raise ConfigurationError(f"{key} must be {what}; got {raw!r}") from None
 
 
 def loop_recompute(spark: Any) -> int:
     """How many times an update's changed rows an incremental view's loop's stored inputs may hold
     for the update to recompute the loop rather than resume it (``0``: never)."""
-    try:
-        raw = str(conf.get(spark, LOOP_RECOMPUTE, str(DEFAULT_LOOP_RECOMPUTE))).strip().lower()
-    except Exception:  # noqa: BLE001 - a session without runtime conf
-        return DEFAULT_LOOP_RECOMPUTE
-    if raw in _OFF:
-        return 0
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        raise ConfigurationError(f"{LOOP_RECOMPUTE} must be a whole number of times an update's changes (0 or "
-                                 f"'off' never recomputes a loop); got {raw!r}") from None
+    return _rows(spark, LOOP_RECOMPUTE, DEFAULT_LOOP_RECOMPUTE,
+                 "a whole number of times an update's changes (0 or 'off' never recomputes a loop)")
 
 
 def default_threads(spark: Any) -> int:
