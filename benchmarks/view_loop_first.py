@@ -63,6 +63,7 @@ def main() -> int:
     import spark_differential as sd
     from spark_differential.core import lattice as L
     from spark_differential.core.collection import inspect
+    from spark_differential.core.settings import DEFAULT_LOOP_RECOMPUTE
     from spark_differential.incremental import loop as view_loop
     from spark_differential.incremental.loop_driver import record as record_loop
     from spark_differential.intask import step as intask_step
@@ -103,7 +104,7 @@ def main() -> int:
     intask_step.kernel_input = counting  # the loop's steps read it from the module at call time
     warm = [source(k, 0, 1, cols) for k, cols in zip(kinds, program.sources)]
     empty = [sp.schema.empty_table() for sp in view_loop.specs(program, [s.schema for s in warm])]
-    recompute = view_loop.RECOMPUTE if args.recompute is None else args.recompute
+    recompute = DEFAULT_LOOP_RECOMPUTE if args.recompute is None else args.recompute
 
     def update(srcs: list[pa.Table], state: list[pa.Table], hi: int, r: int = recompute) -> Any:
         return view_loop.loop_update(program, srcs, state, lib, [(hi,)], kept=True, recompute=r)

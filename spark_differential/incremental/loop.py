@@ -188,13 +188,8 @@ def _early(table: pa.Table, ttype: TimeType, frontier: Sequence[Leaves], width: 
     return mask
 
 
-# an update recomputes its loop where the loop's inputs hold at most this many times its changes (rows;
-# the view's spark_differential.incremental.loopRecompute)
-RECOMPUTE = DEFAULT_LOOP_RECOMPUTE
-
-
 def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Table], ttype: TimeType,
-                frontier: Sequence[Leaves], kept: bool = False, recompute: float = RECOMPUTE
+                frontier: Sequence[Leaves], kept: bool = False, recompute: int = DEFAULT_LOOP_RECOMPUTE
                 ) -> tuple[pa.Table, list[pa.Table], list[pa.Table]]:
     """One update of a loop kept in a view (the module docstring): ``sources`` are the changes of
     the roots (first) and of the outer collections, ``state`` the stored traces (one table per
@@ -266,7 +261,7 @@ def loop_update(program: Any, sources: Sequence[pa.Table], state: Sequence[pa.Ta
     return dv, new_state, held
 
 
-def recomputed(stored: int, changes: int, recompute: float) -> bool:
+def recomputed(stored: int, changes: int, recompute: int) -> bool:
     """Whether an update recomputes its loop (:func:`loop_update`): the loop's stored inputs hold
     ``stored`` rows, the update changes them by ``changes`` rows, at most ``recompute`` times as
     many (``0``: never; an update without changes resumes, which costs its stored iterations only).
@@ -534,7 +529,7 @@ def version_output(out: pa.Table, pending: pa.Table, ttype: TimeType, frontier: 
 def task(program: Any, ttype: TimeType, frontier: Sequence[Leaves] | NextFrontier, out_tag: str, tags: Sequence[str],
          held_tags: Sequence[str], final: bool = False, local: Local | None = None,
          checks: Sequence[Check] = (), inputs: Sequence[int] = (), derived: Derived | None = None,
-         kept: bool = False, recompute: float = RECOMPUTE) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
+         kept: bool = False, recompute: int = DEFAULT_LOOP_RECOMPUTE) -> Callable[[Iterator[pa.RecordBatch]], Iterator[Part]]:
     """The task's function of a loop's update (:meth:`~spark_differential.incremental.store.Store.write_task`):
     read the sources' changes (``SRC`` ``0 ..
     n-1``: the update's and those held back before) and the stored traces (``n ..``), run
@@ -659,5 +654,5 @@ class Local:
 Check = tuple[int, Sequence[str], TaskCheck]
 
 
-__all__ = ["Check", "Derived", "IT", "Local", "RECOMPUTE", "Spec", "loop_update", "recomputed", "specs", "task",
+__all__ = ["Check", "Derived", "IT", "Local", "Spec", "loop_update", "recomputed", "specs", "task",
            "version_output"]

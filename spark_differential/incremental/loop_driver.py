@@ -64,16 +64,27 @@ def loop_operator(program: Program, held: Sequence[T.StructType], kept: bool = T
     return Operator("dd_iterate", (*schemas, *held), (LOOP,) * (len(schemas) + len(held)))
 
 
-def stored_operator(run: Any, slot: int, program: Program, held: Sequence[T.StructType]) -> Operator:
-    """The loop's :func:`loop_operator` as the view stores it in ``slot``: the sources' values and
-    the fixed point kept, unless the view was stored before loops kept them (then its loop is
-    always resumed, never recomputed)."""
-    me = loop_operator(program, held)
+def stored_operator(run: Any, slot: int, program: Program, held: Sequence[T.StructType],
+                    me: Operator | None = None) -> Operator:
+    """The loop's :func:`loop_operator` (``me``, when made already) as the view stores it in
+    ``slot``: the sources' values and the fixed point kept, unless the view was stored before
+    loops kept them (then its loop is always resumed, never recomputed)."""
+    me = loop_operator(program, held) if me is None else me
     if slot < len(run.expected) and not run.expected[slot].same(me):
         before = loop_operator(program, held, kept=False)
         if run.expected[slot].same(before):
             return before
     return me
+
+
+def layout(slot: int, program: Program, operator: Operator) -> tuple[list[str], list[str], bool]:
+    """The tags of a loop's stored traces and of its sources' held-back changes as ``operator``
+    (:func:`stored_operator`) stores them in ``slot``, and whether the traces keep the sources'
+    values and the fixed point."""
+    n = len(program.sources)
+    ntraces = len(operator.inputs) - n
+    return ([tag(slot, k) for k in range(ntraces)], [tag(slot, ntraces + j) for j in range(n)],
+            ntraces > len(specs(program)))
 
 
 def record(df: DataFrame, cs: CollectionSchema, body: Callable[[DataFrame], DataFrame],
@@ -193,16 +204,14 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     held_schemas = [T.StructType([f for f in p.schema.fields if f.name != SRC]) for p in parts]
     slot = len(run.operators)
     me = stored_operator(run, slot, program, held_schemas)
-    ntraces = len(me.inputs) - n
-    schemas = list(me.inputs[:ntraces])
+    tags, held_tags, kept = layout(slot, program, me)
+    schemas = list(me.inputs[:len(tags)])
     run.operators.append(me)
     if run.probe:
         return spark.createDataFrame([], user)
     run._check(slot, me)
 
     # one task: the changes of the sources and the stored traces in, the loop's change and the new traces out
-    tags = [tag(slot, k) for k in range(ntraces)]
-    held_tags = [tag(slot, ntraces + j) for j in range(n)]
     traces = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
     local = None
     union: DataFrame | None = None
@@ -228,7 +237,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     assert union is not None and run.write_task is not None
     lu = LoopUpdate(program, cs, union, data, tags, schemas, held_tags, held_schemas, f"s{slot}_out", out_schema,
                     local, [(j, cols, TaskCheck("dd_iterate")) for j, cols in enumerate(program.sources)] if unchecked
-                    else [], kept=ntraces > len(specs(program)), recompute=settings.loop_recompute(spark))
+                    else [], kept=kept, recompute=settings.loop_recompute(spark))
     if run.defer_loop and run.deferred is None:
         result = run.read([], user, "o")  # (an empty collection, made once per schema)
         run.deferred = (lu, result)
@@ -260,4 +269,4 @@ def write_version(run: Any, lu: LoopUpdate, pending: DataFrame | None, view_sche
     return lu.written(run, "data", ("o", view_schema), union, final=True, checks=checks)
 
 
-__all__ = ["LoopUpdate", "loop_in_view", "loop_operator", "record", "stored_operator", "write_version"]
+__all__ = ["LoopUpdate", "layout", "loop_in_view", "loop_operator", "record", "stored_operator", "write_version"]

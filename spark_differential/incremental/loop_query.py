@@ -40,9 +40,9 @@ from spark_differential.core.names import SRC
 from spark_differential.engine.call import Below, ConcatCall, LoopCall, StatefulCall, handling
 from spark_differential.engine.kernel_form import arrow_schema
 from spark_differential.incremental.inputs import TaskCheck
-from spark_differential.incremental.loop import Derived, Local, specs
-from spark_differential.incremental.loop_driver import LoopUpdate, loop_operator, record, stored_operator
-from spark_differential.incremental.storage import Operator, tag
+from spark_differential.incremental.loop import Derived, Local
+from spark_differential.incremental.loop_driver import LoopUpdate, layout, loop_operator, record, stored_operator
+from spark_differential.incremental.storage import Operator
 from spark_differential.intask.program import Program
 from spark_differential.intask.query import QueryRecorder
 from spark_differential.intask.relation import Relation, Untranslatable, leaves
@@ -144,21 +144,17 @@ def prepared(run: Any, lq: LoopQuery, given: Mapping[str, tuple[DataFrame, TaskC
     held-back changes from this machine's files, which every stored directory must be on."""
     program, cs = lq.program, lq.cs
     slot = len(run.operators)
-    operator = lq.operator
-    if slot < len(run.expected) and not run.expected[slot].same(operator):  # (a view stored before loops kept inputs)
-        operator = stored_operator(run, slot, program, lq.held)
+    operator = stored_operator(run, slot, program, lq.held, lq.operator)
     run.operators.append(operator)
     run._check(slot, operator)
     n = len(program.sources)
-    ntraces = len(operator.inputs) - n
-    tags = [tag(slot, k) for k in range(ntraces)]
-    held_tags = [tag(slot, ntraces + j) for j in range(n)]
+    tags, held_tags, kept = layout(slot, program, operator)
     dirs = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
     if any(d is None for d in dirs):
         raise ValueError("prepared: the view's stored directories must be on this machine")
     local = Local(dirs[:len(tags)], dirs[len(tags):], run.cache)  # type: ignore[arg-type]
     width = program.width
-    first = n + ntraces + 1  # after the sources, the traces and the output held back (write_version)
+    first = n + len(tags) + 1  # after the sources, the traces and the output held back (write_version)
     union = run_row(run.spark)
     checks, tables = [], {}
     for k, name in enumerate(lq.names):
@@ -174,9 +170,9 @@ def prepared(run: Any, lq: LoopQuery, given: Mapping[str, tuple[DataFrame, TaskC
     data = list(cs.data_cols)
     out_schema = T.StructType([*[lq.out.schema[c] for c in data],
                                *[T.StructField(c, T.LongType(), True) for c in (*leaves(width), DIFF)]])
-    lu = LoopUpdate(program, cs, union, data, tags, list(operator.inputs[:ntraces]), held_tags,
+    lu = LoopUpdate(program, cs, union, data, tags, list(operator.inputs[:len(tags)]), held_tags,
                     list(lq.held), f"s{slot}_out", out_schema, local, checks, derived,
-                    kept=ntraces > len(specs(program)), recompute=settings.loop_recompute(run.spark))
+                    kept=kept, recompute=settings.loop_recompute(run.spark))
     run.deferred = (lu, lq.out)
 
 
