@@ -216,7 +216,7 @@ def loop_in_view(run: Any, df: Any, cs: CollectionSchema, body: Callable[[Any], 
     local = None
     union: DataFrame | None = None
     if all(d is not None for d in traces):  # on this machine: the task reads them itself
-        local = Local(traces[:len(tags)], traces[len(tags):], run.cache)  # type: ignore[arg-type]
+        local = Local(traces[:len(tags)], traces[len(tags):])  # type: ignore[arg-type]
         union = run_row(spark)  # (the task runs when nothing is new)
     for j, (part, t, schema) in enumerate(zip(parts, held_tags, held_schemas)):
         if local is None:

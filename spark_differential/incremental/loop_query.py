@@ -152,7 +152,7 @@ def prepared(run: Any, lq: LoopQuery, given: Mapping[str, tuple[DataFrame, TaskC
     dirs = [run.local_dirs(run.traces.get(t, [])) for t in [*tags, *held_tags]]
     if any(d is None for d in dirs):
         raise ValueError("prepared: the view's stored directories must be on this machine")
-    local = Local(dirs[:len(tags)], dirs[len(tags):], run.cache)  # type: ignore[arg-type]
+    local = Local(dirs[:len(tags)], dirs[len(tags):])  # type: ignore[arg-type]
     width = program.width
     first = n + len(tags) + 1  # after the sources, the traces and the output held back (write_version)
     union = run_row(run.spark)

@@ -83,7 +83,6 @@ from spark_differential.engine.kernel_form import Input, bucket_of, bucket_sql, 
 from spark_differential.engine.kernel_form import hashed_names as _hashed_names
 from spark_differential.errors import IncrementalStateError
 from spark_differential.incremental import onetask
-from spark_differential.incremental.arrow_cache import ArrowCache
 from spark_differential.incremental.inputs import Guarded, check_output, data_fields, resolved
 from spark_differential.incremental.lift import in_future
 from spark_differential.incremental.loop_driver import loop_in_view, write_version
@@ -141,9 +140,8 @@ class Run(Handler):
     # write_task(subdirectory, rows, fn, wide) -> the files written, by tag: a loop's one write, the rows (tagged by
     # KIND, schema wide) computed by its task's mapInArrow function fn (Store.write_task)
     write_task: Callable[[str, DataFrame, Any, T.StructType], dict[str, str]] | None = None
-    # stored directories as paths of this machine (None: not on it), and the Arrow copies there: a loop's task reads them
+    # stored directories as paths of this machine (None: not on it): a loop's task reads them itself
     local_dirs: Callable[[Sequence[str]], list[str] | None] = lambda rels: None
-    cache: ArrowCache | None = None
     # the traces of loops (spark_differential.incremental.loop) rewritten whole by this update: tag -> files
     replaced: dict[str, list[str]] = field(default_factory=dict)
     # a probe's: Spark's estimate of the first update's input rows (no job), which a loop's one task must hold
@@ -398,7 +396,6 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
     state, ttype, directory, new_front = up.state, up.ttype, up.directory, up.new_front
     spark = store.spark
     old_traces = dict(state.trace_files) if state is not None else {}
-    cache = store.arrow_cache()
 
     def new_run(defer: bool) -> Run:
         return Run(
@@ -406,8 +403,8 @@ def write(store: Store, query: Callable[..., DataFrame], policy: ParquetPolicy, 
             expected=operators,
             traces=old_traces, write=lambda sub, parts: store.write_tagged(f"{directory}/{sub}", parts),
             read=store.read, where=up.where, frontier=new_front,
-            write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide, cache),
-            local_dirs=store.local_dirs, cache=cache, defer_loop=defer,
+            write_task=lambda sub, rows, fn, wide: store.write_task(f"{directory}/{sub}", rows, fn, wide),
+            local_dirs=store.local_dirs, defer_loop=defer,
         )
 
     def called(defer: bool) -> tuple[Run, DataFrame]:
